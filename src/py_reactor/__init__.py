@@ -1,0 +1,62 @@
+"""py_reactor: saga orchestration for Python.
+
+Workflows ("reactors") are made of steps that run as a dependency graph; when one fails, the
+completed ones are rolled back by compensation. This module re-exports the public surface only.
+"""
+
+from py_reactor.config import configure, get_config
+from py_reactor.dsl import (
+    Failure,
+    Halt,
+    Input,
+    Reactor,
+    Result,
+    RetryPolicy,
+    Skipped,
+    Step,
+    Success,
+    Value,
+    compose,
+    retries,
+    step,
+)
+from py_reactor.engine import (
+    Context,
+    FailureResult,
+    HaltedResult,
+    Outcome,
+    Status,
+    SuccessResult,
+)
+from py_reactor.engine.serializer import dumps_context, loads_context
+from py_reactor.observability import Middleware
+
+__version__ = "0.1.0.dev0"
+
+__all__ = [
+    "Context",
+    "Failure",
+    "FailureResult",
+    "Halt",
+    "HaltedResult",
+    "Input",
+    "Middleware",
+    "Outcome",
+    "Reactor",
+    "Result",
+    "RetryPolicy",
+    "Skipped",
+    "Status",
+    "Step",
+    "Success",
+    "SuccessResult",
+    "Value",
+    "__version__",
+    "compose",
+    "configure",
+    "dumps_context",
+    "get_config",
+    "loads_context",
+    "retries",
+    "step",
+]

@@ -1,0 +1,30 @@
+"""Declaring workflows: reactors, steps, argument sources, signals, retry policies. No I/O."""
+
+from py_reactor.dsl.compose import compose
+from py_reactor.dsl.declaration import StepDeclaration, StepKind
+from py_reactor.dsl.reactor import Reactor, StepPlan
+from py_reactor.dsl.retries import RetryPolicy, retries
+from py_reactor.dsl.signals import Failure, Halt, Signal, Skipped, Success
+from py_reactor.dsl.sources import Input, Result, Source, Value
+from py_reactor.dsl.step import Step, step
+
+__all__ = [
+    "Failure",
+    "Halt",
+    "Input",
+    "Reactor",
+    "Result",
+    "RetryPolicy",
+    "Signal",
+    "Skipped",
+    "Source",
+    "Step",
+    "StepDeclaration",
+    "StepKind",
+    "StepPlan",
+    "Success",
+    "Value",
+    "compose",
+    "retries",
+    "step",
+]

@@ -1,0 +1,158 @@
+"""Input contracts: pydantic models built from annotations, and the validation around them."""
+
+from __future__ import annotations
+
+import inspect
+import typing
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import Any, ClassVar
+
+import pydantic
+from pydantic import BaseModel, ConfigDict
+
+from py_reactor.errors import DefinitionError, InputValidationError
+
+__all__ = ["Contract", "contract_from_class", "contract_from_function"]
+
+_MODEL_CONFIG = ConfigDict(arbitrary_types_allowed=True, frozen=True, extra="forbid")
+
+
+class Contract:
+    """The validated shape of a reactor's or a step's inputs.
+
+    ``fields`` maps each input name to whether it is required. ``validate`` returns the validated
+    values as a plain dict; a contract with no fields skips pydantic entirely, so steps that
+    declare nothing pay nothing.
+    """
+
+    __slots__ = ("_names", "fields", "model", "owner")
+
+    def __init__(self, owner: str, model: type[BaseModel] | None) -> None:
+        self.owner = owner
+        self.model = model
+        self.fields: Mapping[str, bool] = MappingProxyType(
+            {} if model is None else {n: f.is_required() for n, f in model.model_fields.items()}
+        )
+        self._names = tuple(self.fields)
+
+    def validate(
+        self, values: Mapping[str, Any], *, reactor: str | None = None, step: str | None = None
+    ) -> dict[str, Any]:
+        """Validate ``values``; raise :class:`InputValidationError` listing every bad field."""
+        if self.model is None:
+            if values:
+                raise _unexpected(self.owner, values, reactor=reactor, step=step)
+            return {}
+        try:
+            instance = self.model.model_validate(values)
+        except pydantic.ValidationError as exc:
+            raise _validation_error(self.owner, exc, reactor=reactor, step=step) from None
+        return {name: getattr(instance, name) for name in self._names}
+
+    def view(self, values: dict[str, Any]) -> Mapping[str, Any]:
+        """A read-only view of validated values (what key functions and guards receive)."""
+        return MappingProxyType(values)
+
+
+def contract_from_class(cls: type, *, exclude: set[str], owner: str) -> Contract:
+    """Build a contract from the annotations of ``cls`` (and its bases), minus ``exclude``."""
+    try:
+        hints = typing.get_type_hints(cls, include_extras=True)
+    except NameError as exc:
+        raise DefinitionError(
+            f"{owner}: cannot resolve the annotation {exc.name!r}. With "
+            "'from __future__ import annotations', annotations are strings resolved from the "
+            "module's globals, so names local to a function cannot be used; move the type to "
+            "module level."
+        ) from exc
+    fields: dict[str, Any] = {}
+    for name, hint in hints.items():
+        if name in exclude or name.startswith("_") or typing.get_origin(hint) is ClassVar:
+            continue
+        default = _class_default(cls, name)
+        fields[name] = (hint, default)
+    return _build(owner, fields)
+
+
+def contract_from_function(fn: Callable[..., Any], *, owner: str) -> tuple[Contract, bool]:
+    """Build a contract from a function's parameters; also say whether it takes ``**kwargs``."""
+    try:
+        hints = typing.get_type_hints(fn, include_extras=True)
+    except NameError as exc:
+        raise DefinitionError(
+            f"{owner}: cannot resolve the annotation {exc.name!r} of {fn.__qualname__}; with "
+            "'from __future__ import annotations', names local to a function cannot be "
+            "resolved: move the type to module level."
+        ) from exc
+    fields: dict[str, Any] = {}
+    var_keyword = False
+    for param in inspect.signature(fn).parameters.values():
+        if param.kind is param.VAR_KEYWORD:
+            var_keyword = True
+            continue
+        if param.kind in (param.VAR_POSITIONAL, param.POSITIONAL_ONLY):
+            raise DefinitionError(
+                f"{owner}: inline step parameters are passed by name; "
+                f"{fn.__qualname__} has a positional-only or *args parameter {param.name!r}"
+            )
+        default = ... if param.default is param.empty else param.default
+        fields[param.name] = (hints.get(param.name, Any), default)
+    return _build(owner, fields), var_keyword
+
+
+def _class_default(cls: type, name: str) -> Any:
+    for klass in cls.__mro__:
+        if name in klass.__dict__:
+            return klass.__dict__[name]
+    return ...
+
+
+def _build(owner: str, fields: dict[str, Any]) -> Contract:
+    if not fields:
+        return Contract(owner, None)
+    model_name = "".join(ch if ch.isalnum() else "_" for ch in owner) + "Inputs"
+    try:
+        model = pydantic.create_model(model_name, __config__=_MODEL_CONFIG, **fields)
+    except (pydantic.PydanticUserError, pydantic.PydanticSchemaGenerationError, TypeError) as exc:
+        raise DefinitionError(f"{owner}: its input contract is not valid: {exc}") from exc
+    return Contract(owner, model)
+
+
+def _where(owner: str, reactor: str | None, step: str | None) -> str:
+    if reactor and step:
+        return f"step {step!r} of {reactor}"
+    if reactor:
+        return reactor
+    return owner
+
+
+def _validation_error(
+    owner: str, exc: pydantic.ValidationError, *, reactor: str | None, step: str | None
+) -> InputValidationError:
+    errors = []
+    for err in exc.errors(include_url=False):
+        field = ".".join(str(p) for p in err["loc"]) or "<inputs>"
+        errors.append(
+            {"field": field, "message": err["msg"], "type": err["type"], "input": err.get("input")}
+        )
+    details = "; ".join(f"{e['field']}: {e['message']}" for e in errors)
+    message = f"invalid inputs for {_where(owner, reactor, step)}: {details}"
+    return InputValidationError(message, errors=errors, reactor=reactor, step=step)
+
+
+def _unexpected(
+    owner: str, values: Mapping[str, Any], *, reactor: str | None, step: str | None
+) -> InputValidationError:
+    errors = [
+        {
+            "field": k,
+            "message": "Extra inputs are not permitted",
+            "type": "extra_forbidden",
+            "input": v,
+        }
+        for k, v in values.items()
+    ]
+    names = ", ".join(map(repr, values))
+    message = f"invalid inputs for {_where(owner, reactor, step)}: it takes no inputs, got {names}"
+    return InputValidationError(message, errors=errors, reactor=reactor, step=step)

@@ -1,0 +1,193 @@
+"""``Reactor``: a workflow class whose annotations are its inputs and whose attributes are steps.
+
+Everything that can be checked without running is checked when the class is defined: unknown
+steps and inputs, unwired required arguments, cycles, reserved names. The result is a plan the
+engine walks: each step's argument sources, its dependencies, and one deterministic order.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from py_reactor.dsl._graph import find_cycle, topological_order
+from py_reactor.dsl.contracts import Contract, contract_from_class
+from py_reactor.dsl.declaration import StepDeclaration, StepKind
+from py_reactor.dsl.registry import register
+from py_reactor.dsl.sources import Input, Result, Source
+from py_reactor.errors import DefinitionError
+
+if TYPE_CHECKING:
+    from py_reactor.engine.results import Outcome
+
+__all__ = ["REACTOR_RESERVED", "Reactor", "StepPlan"]
+
+#: Names a reactor may not use for a step or an input.
+REACTOR_RESERVED = frozenset({"returns", "coordination", "run"})
+
+
+@dataclass(frozen=True, slots=True)
+class StepPlan:
+    """One step as a specific reactor runs it: name, sources of its arguments, dependencies."""
+
+    name: str
+    declaration: StepDeclaration
+    arguments: tuple[tuple[str, Source], ...]
+    depends_on: tuple[str, ...]
+
+
+class Reactor:
+    """A workflow: subclass it, annotate inputs, bind steps, name what it ``returns``.
+
+    ``MyReactor.run(**inputs)`` validates the inputs, runs the steps in dependency order and
+    returns an outcome; when a step fails, completed steps are rolled back newest first.
+    """
+
+    returns: ClassVar[str | None] = None
+    coordination: ClassVar[Mapping[str, Any]] = MappingProxyType({})
+    __py_reactor_reactor__: ClassVar[bool] = True
+    __py_reactor_name__: ClassVar[str]
+    __py_reactor_contract__: ClassVar[Contract]
+    __py_reactor_plan__: ClassVar[Mapping[str, StepPlan]]
+    __py_reactor_order__: ClassVar[tuple[str, ...]]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.__py_reactor_name__ = cls.__qualname__
+        steps = _collect_steps(cls)
+        contract = _input_contract(cls, steps)
+        cls.__py_reactor_contract__ = contract
+        plan = {name: _plan_step(cls, name, decl, contract, steps) for name, decl in steps.items()}
+        cls.__py_reactor_order__ = _order(cls, plan)
+        cls.__py_reactor_plan__ = MappingProxyType(plan)
+        if cls.returns is not None and cls.returns not in plan:
+            raise DefinitionError(
+                f"{cls.__qualname__}.returns names {cls.returns!r}, which is not a step; "
+                f"steps are: {', '.join(plan) or '(none)'}"
+            )
+        register(cls)
+
+    @classmethod
+    def run(cls, **inputs: Any) -> Outcome:
+        """Run this reactor synchronously in this process and return its outcome.
+
+        Never raises for a failing step or bad inputs: both come back as a failure outcome.
+        ``KeyboardInterrupt`` and ``SystemExit`` propagate without running rollback.
+        """
+        from py_reactor.engine.executor import run_reactor
+
+        return run_reactor(cls, inputs)
+
+
+def _collect_steps(cls: type) -> dict[str, StepDeclaration]:
+    steps: dict[str, StepDeclaration] = {}
+    for klass in reversed(cls.__mro__):
+        seen: set[int] = set()
+        for attr, value in vars(klass).items():
+            if isinstance(value, StepDeclaration):
+                if id(value) in seen:  # an alias such as ``@charge.undo def _undo``
+                    continue
+                seen.add(id(value))
+                steps[attr] = value
+            elif attr in steps and klass is cls:
+                del steps[attr]  # a subclass replaced an inherited step with something else
+    for name in steps:
+        if name in REACTOR_RESERVED:
+            raise DefinitionError(
+                f"{cls.__qualname__}: a step cannot be named {name!r} "
+                f"(reserved on reactors: {', '.join(sorted(REACTOR_RESERVED))})"
+            )
+    return steps
+
+
+def _input_contract(cls: type, steps: Mapping[str, StepDeclaration]) -> Contract:
+    own = inspect.get_annotations(cls)
+    for name in own:
+        if name in REACTOR_RESERVED:
+            raise DefinitionError(
+                f"{cls.__qualname__}: {name!r} is reserved on reactors and cannot be an input"
+            )
+        if name in steps:
+            raise DefinitionError(
+                f"{cls.__qualname__}: {name!r} is both an input and a step; rename one of them"
+            )
+    exclude = set(Reactor.__annotations__) | set(steps)
+    return contract_from_class(cls, exclude=exclude, owner=cls.__qualname__)
+
+
+def _plan_step(
+    cls: type,
+    name: str,
+    decl: StepDeclaration,
+    inputs: Contract,
+    steps: Mapping[str, StepDeclaration],
+) -> StepPlan:
+    where = f"{cls.__qualname__}, step {name!r}"
+    fields = decl.contract.fields
+    for arg in decl.wiring:
+        if arg not in fields and not decl.accepts_extra:
+            declared = ", ".join(fields) or "(none)"
+            raise DefinitionError(
+                f"{where}: wires argument {arg!r}, which {_what(decl)} does not declare "
+                f"(it declares: {declared})"
+            )
+    arguments: list[tuple[str, Source]] = list(decl.wiring.items())
+    for arg, required in fields.items():
+        if arg in decl.wiring:
+            continue
+        if arg in inputs.fields:
+            arguments.append((arg, Input(arg)))
+        elif required:
+            raise DefinitionError(
+                f"{where}: required argument {arg!r} is not wired and {cls.__qualname__} has no "
+                f"input named {arg!r}; wire it with {arg}=Input(...), Result(...) or Value(...)"
+            )
+    depends_on: list[str] = []
+    for arg, source in arguments:
+        if isinstance(source, Input) and source.name not in inputs.fields:
+            raise DefinitionError(
+                f"{where}: argument {arg!r} reads Input({source.name!r}), but "
+                f"{cls.__qualname__} has no such input (inputs: {_names(inputs.fields)})"
+            )
+        if isinstance(source, Result):
+            if source.step not in steps:
+                raise DefinitionError(
+                    f"{where}: argument {arg!r} reads Result({source.step!r}), but there is no "
+                    f"step named {source.step!r} (steps: {', '.join(steps)})"
+                )
+            depends_on.append(source.step)
+    for other in decl.wait_for:
+        if other not in steps:
+            raise DefinitionError(
+                f"{where}: wait_for names {other!r}, which is not a step (steps: {_names(steps)})"
+            )
+        depends_on.append(other)
+    return StepPlan(name, decl, tuple(arguments), tuple(dict.fromkeys(depends_on)))
+
+
+def _names(names: Mapping[str, Any]) -> str:
+    return ", ".join(names) or "(none)"
+
+
+def _what(decl: StepDeclaration) -> str:
+    if decl.kind is StepKind.CLASS:
+        return f"step class {decl.target.__qualname__}"
+    if decl.kind is StepKind.REACTOR:
+        return f"reactor {decl.target.__qualname__}"
+    return f"inline step {decl.target.__qualname__}"
+
+
+def _order(cls: type, plan: Mapping[str, StepPlan]) -> tuple[str, ...]:
+    names = list(plan)
+    depends_on = {name: p.depends_on for name, p in plan.items()}
+    order = topological_order(names, depends_on)
+    if order is None:
+        cycle = find_cycle(names, depends_on)
+        raise DefinitionError(
+            f"{cls.__qualname__}: steps depend on each other in a cycle: "
+            f"{' -> '.join(cycle)} (each arrow reads 'depends on')"
+        )
+    return tuple(order)

@@ -1,0 +1,20 @@
+"""Running workflows: the executor, the step runner, rollback, contexts and outcomes."""
+
+from py_reactor.engine.context import Context, Status
+from py_reactor.engine.results import (
+    FailureResult,
+    HaltedResult,
+    Outcome,
+    RollbackFailure,
+    SuccessResult,
+)
+
+__all__ = [
+    "Context",
+    "FailureResult",
+    "HaltedResult",
+    "Outcome",
+    "RollbackFailure",
+    "Status",
+    "SuccessResult",
+]

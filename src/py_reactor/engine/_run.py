@@ -1,0 +1,75 @@
+"""What the executor, the step runner and rollback share about one run in progress."""
+
+from __future__ import annotations
+
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+from py_reactor.engine.context import Context
+from py_reactor.engine.results import RollbackFailure
+from py_reactor.observability.events import Event
+from py_reactor.observability.middleware import Middleware, emit
+
+__all__ = ["MAX_BACKTRACE_CHARS", "Run", "StepFailure", "describe_exception"]
+
+#: A failure's backtrace keeps at most this many trailing characters.
+MAX_BACKTRACE_CHARS = 8000
+
+
+class Run:
+    """One execution of one reactor in this process: its context, middleware and reports."""
+
+    __slots__ = ("context", "middleware", "reactor_name", "rollback_failures")
+
+    def __init__(
+        self, reactor_name: str, context: Context, middleware: tuple[Middleware, ...]
+    ) -> None:
+        self.reactor_name = reactor_name
+        self.context = context
+        self.middleware = middleware
+        self.rollback_failures: list[RollbackFailure] = []
+
+    def emit(self, event_class: type[Event], step: str | None = None, **fields: Any) -> None:
+        """Build and deliver an event, only if someone listens (no cost otherwise)."""
+        if self.middleware:
+            event = event_class(
+                execution_id=self.context.execution_id,
+                reactor=self.reactor_name,
+                step=step,
+                **fields,
+            )
+            emit(self.middleware, event)
+
+    def record(self, kind: str, step: str, started_at: float, **details: Any) -> None:
+        """Append one trace entry."""
+        entry = {"type": kind, "step": step, "started_at": started_at, "finished_at": time.time()}
+        entry.update(details)
+        self.context.trace.append(entry)
+
+
+@dataclass(slots=True)
+class StepFailure:
+    """Why a step failed, and whether its work had started (which decides compensation)."""
+
+    step: str | None  # None: the reactor's own inputs were refused
+    error: Any
+    retryable: bool
+    work_started: bool
+    arguments: dict[str, Any] | None = None
+    attempts: int = 0
+    validation_errors: list[dict[str, Any]] = field(default_factory=list)
+    unit: Any = None  # the object whose work failed: compensate runs on it
+
+
+def describe_exception(error: Any) -> tuple[str | None, str | None]:
+    """The qualified class name and bounded traceback of ``error`` if it is an exception."""
+    if not isinstance(error, BaseException):
+        return None, None
+    cls = type(error)
+    name = (
+        cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+    )
+    text = "".join(traceback.format_exception(error))
+    return name, text[-MAX_BACKTRACE_CHARS:]

@@ -1,0 +1,105 @@
+"""One calling convention for the three kinds of step: Step class, inline function, child reactor.
+
+The step runner and rollback call ``guard()``, ``run()``, ``compensate(error)`` and
+``undo(result)`` on a unit and never look at what kind of step it is.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from py_reactor.dsl._inputs import Inputs
+from py_reactor.dsl.declaration import StepDeclaration, StepKind
+from py_reactor.dsl.registry import class_path
+from py_reactor.dsl.signals import Failure, Halt, Success
+from py_reactor.dsl.step import Step
+from py_reactor.engine.context import Context
+from py_reactor.engine.results import nested_failure
+
+if TYPE_CHECKING:
+    from py_reactor.engine._run import Run
+
+__all__ = ["defines", "make_unit"]
+
+
+def make_unit(decl: StepDeclaration, name: str, values: dict[str, Any], run: Run) -> Any:
+    """An object with ``guard``, ``run``, ``compensate`` and ``undo`` for this step."""
+    if decl.kind is StepKind.CLASS:
+        return decl.target(Inputs(values), run.context)
+    if decl.kind is StepKind.INLINE:
+        return _InlineUnit(decl, values)
+    return _ReactorUnit(decl, name, values, run)
+
+
+def defines(decl: StepDeclaration, hook: str) -> bool:
+    """Whether the step has its own ``guard``/``compensate``/``undo`` worth calling."""
+    if decl.kind is StepKind.CLASS:
+        return getattr(decl.target, hook) is not getattr(Step, hook)
+    if decl.kind is StepKind.INLINE:
+        return (
+            decl.compensate_hook
+            if hook == "compensate"
+            else decl.undo_hook
+            if hook == "undo"
+            else None
+        ) is not None
+    return False  # a child reactor rolls itself back; its undo is handled by rollback
+
+
+class _InlineUnit:
+    __slots__ = ("decl", "values")
+
+    def __init__(self, decl: StepDeclaration, values: dict[str, Any]) -> None:
+        self.decl = decl
+        self.values = values
+
+    def guard(self) -> Any:
+        return None
+
+    def run(self) -> Any:
+        return self.decl.target(**self.values)
+
+    def compensate(self, error: Any) -> Any:
+        hook = self.decl.compensate_hook
+        return None if hook is None else hook(error, **self.values)
+
+    def undo(self, result: Any) -> Any:
+        hook = self.decl.undo_hook
+        return None if hook is None else hook(result, **self.values)
+
+
+class _ReactorUnit:
+    """Runs a composed child reactor inside the parent's execution (same root id)."""
+
+    __slots__ = ("decl", "name", "parent", "values")
+
+    def __init__(self, decl: StepDeclaration, name: str, values: dict[str, Any], parent: Run):
+        self.decl = decl
+        self.name = name
+        self.values = values
+        self.parent = parent
+
+    def guard(self) -> Any:
+        return None
+
+    def run(self) -> Any:
+        from py_reactor.engine.executor import execute
+
+        child_cls = self.decl.target
+        parent_context: Context = self.parent.context
+        child = parent_context.child(class_path(child_cls), dict(self.values))
+        parent_context.children[self.name] = child
+        outcome = execute(child_cls, child, middleware=self.parent.middleware, validated=True)
+        if outcome.status == "completed":
+            return Success(outcome.value)
+        if outcome.status == "halted":
+            return Halt(getattr(outcome, "reason", "halted"))
+        for failure in getattr(outcome, "rollback_failures", ()):
+            self.parent.rollback_failures.append(nested_failure(self.name, failure))
+        return Failure(outcome.error, retryable=getattr(outcome, "retryable", False))
+
+    def compensate(self, error: Any) -> Any:
+        return None
+
+    def undo(self, result: Any) -> Any:
+        return None

@@ -1,0 +1,92 @@
+"""Rollback: compensate the failing step (if its work started), then undo completed steps.
+
+Undo runs newest first. A compensate or undo that returns a failure or raises does not stop the
+others; it is recorded as a rollback failure and reported on the run's outcome, never dropped.
+A composed child reactor is undone by rolling back its own completed steps, recursively.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from functools import partial
+from typing import Any
+
+from py_reactor.dsl.declaration import StepDeclaration, StepKind
+from py_reactor.dsl.signals import Failure
+from py_reactor.engine._run import Run, StepFailure
+from py_reactor.engine._units import defines, make_unit
+from py_reactor.engine.context import Status
+from py_reactor.engine.results import RollbackFailure, nested_failure
+from py_reactor.observability import events as ev
+
+__all__ = ["rollback", "undo_completed"]
+
+
+def rollback(
+    run: Run, declarations: Mapping[str, StepDeclaration], failure: StepFailure | None
+) -> list[RollbackFailure]:
+    """Roll back ``run`` after ``failure``; return the failures of the rollback itself."""
+    run.context.status = Status.ROLLING_BACK
+    step = failure.step if failure else None
+    run.emit(ev.RollbackStarted, step)
+    failed = failure.step if failure is not None and failure.work_started else None
+    if failure is not None and failed is not None and defines(declarations[failed], "compensate"):
+        _call(run, "compensate", failed, partial(failure.unit.compensate, failure.error))
+    undo_completed(run, declarations)
+    run.emit(ev.RollbackFinished, step, failures=len(run.rollback_failures))
+    return run.rollback_failures
+
+
+def undo_completed(run: Run, declarations: Mapping[str, StepDeclaration]) -> None:
+    """Undo every completed step of ``run``, newest first, popping each from the context."""
+    context = run.context
+    while context.completed:
+        name = context.completed.pop()
+        decl = declarations[name]
+        if decl.kind is StepKind.REACTOR:
+            _undo_child(run, name, decl)
+            continue
+        if not defines(decl, "undo"):
+            continue
+        unit = make_unit(decl, name, context.arguments.get(name, {}), run)
+        _call(run, "undo", name, partial(unit.undo, context.results.get(name)))
+
+
+def _undo_child(run: Run, name: str, decl: StepDeclaration) -> None:
+    child_context = run.context.children.get(name)
+    if child_context is None:
+        return
+    child_cls = decl.target
+    child_run = Run(child_cls.__py_reactor_name__, child_context, run.middleware)
+    undo_completed(child_run, {n: p.declaration for n, p in child_cls.__py_reactor_plan__.items()})
+    run.rollback_failures.extend(nested_failure(name, f) for f in child_run.rollback_failures)
+
+
+def _call(run: Run, kind: str, name: str, call: Callable[[], Any]) -> None:
+    started = time.time()
+    begin, done, failed = (
+        (ev.CompensationStarted, ev.CompensationCompleted, ev.CompensationFailed)
+        if kind == "compensate"
+        else (ev.UndoStarted, ev.UndoCompleted, ev.UndoFailed)
+    )
+    run.emit(begin, name)
+    reason: str | None = None
+    error: Any = None
+    try:
+        outcome = call()
+    except Exception as exc:
+        reason, error = "raised", exc
+    else:
+        if isinstance(outcome, Failure):
+            reason, error = "returned_failure", outcome.error
+    if reason is None:
+        run.record(kind, name, started, ok=True)
+        run.emit(done, name)
+        return
+    message = f"{type(error).__name__}: {error}" if isinstance(error, BaseException) else str(error)
+    run.record(kind, name, started, ok=False, reason=reason, error=message)
+    run.emit(failed, name, error=error)
+    run.rollback_failures.append(
+        {"step": name, "kind": kind, "key": None, "reason": reason, "message": message}
+    )

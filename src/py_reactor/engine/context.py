@@ -1,0 +1,78 @@
+"""The state of one execution, everything a resume needs: inputs, results, trace, private data.
+
+The executor reads and writes only this object, so an execution can stop in one process and
+carry on in another from its JSON form (see ``engine.serializer``).
+"""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Context", "Status", "new_id"]
+
+
+def new_id() -> str:
+    """A fresh execution id."""
+    return uuid.uuid4().hex
+
+
+class Status(enum.StrEnum):
+    """Where an execution stands."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    ROLLING_BACK = "rolling_back"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    HALTED = "halted"
+    ABORTED = "aborted"  # interrupted (KeyboardInterrupt/SystemExit): no rollback ran
+
+
+@dataclass(eq=False, slots=True)
+class Context:
+    """One execution's state.
+
+    Attributes:
+        reactor: ``module:qualname`` of the reactor (or step) being run.
+        inputs: the validated inputs (raw ones until validation).
+        execution_id: this execution; ``root_id`` the outermost execution of the tree, which
+            owns every coordination hold taken inside it; ``parent_id`` the composing execution.
+        results: each finished step's value (skipped steps included).
+        arguments: the validated arguments each finished step ran with (what undo needs).
+        completed: names of steps that succeeded and can be undone, oldest first.
+        trace: one entry per thing that happened (run, skip, retry, failure, compensate, undo).
+        private: bookkeeping for the library's own features; JSON-serializable.
+        children: contexts of composed child reactors, by step name.
+    """
+
+    reactor: str
+    inputs: dict[str, Any]
+    execution_id: str = field(default_factory=new_id)
+    root_id: str = ""
+    parent_id: str | None = None
+    status: Status = Status.PENDING
+    results: dict[str, Any] = field(default_factory=dict)
+    arguments: dict[str, dict[str, Any]] = field(default_factory=dict)
+    completed: list[str] = field(default_factory=list)
+    trace: list[dict[str, Any]] = field(default_factory=list)
+    private: dict[str, Any] = field(default_factory=dict)
+    children: dict[str, Context] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.root_id:
+            self.root_id = self.execution_id
+
+    def child(self, reactor: str, inputs: dict[str, Any]) -> Context:
+        """A context for work nested in this execution: same root, this one as parent."""
+        return Context(
+            reactor=reactor, inputs=inputs, root_id=self.root_id, parent_id=self.execution_id
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"<Context {self.reactor} id={self.execution_id} status={self.status.value} "
+            f"steps_done={len(self.results)}>"
+        )

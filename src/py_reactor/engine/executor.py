@@ -1,0 +1,110 @@
+"""The step loop: walk a reactor's steps in order, driven entirely by the context.
+
+``execute`` continues from wherever the context stopped (steps with a result are not run
+again), so the same loop serves a fresh run, a nested child and, later, a resume in another
+process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from py_reactor.config import get_config
+from py_reactor.dsl.reactor import Reactor
+from py_reactor.dsl.registry import class_path
+from py_reactor.engine._run import Run, StepFailure, describe_exception
+from py_reactor.engine.compensation import rollback
+from py_reactor.engine.context import Context, Status
+from py_reactor.engine.results import FailureResult, HaltedResult, Outcome, SuccessResult
+from py_reactor.engine.step_runner import Halted, run_step
+from py_reactor.errors import InputValidationError
+from py_reactor.observability import events as ev
+from py_reactor.observability.middleware import Middleware
+
+__all__ = ["execute", "fail", "run_reactor"]
+
+
+def run_reactor(cls: type[Reactor], inputs: Mapping[str, Any]) -> Outcome:
+    """Start a new execution of ``cls`` with raw ``inputs`` and run it to its end."""
+    return execute(cls, Context(reactor=class_path(cls), inputs=dict(inputs)))
+
+
+def execute(
+    cls: type[Reactor],
+    context: Context,
+    *,
+    middleware: tuple[Middleware, ...] | None = None,
+    validated: bool = False,
+) -> Outcome:
+    """Run ``cls`` from wherever ``context`` stopped until it completes, halts or fails.
+
+    Raises:
+        KeyboardInterrupt, SystemExit: propagate untouched after marking the context
+            ``aborted``; no rollback code runs.
+    """
+    run = Run(
+        cls.__py_reactor_name__,
+        context,
+        get_config().middleware if middleware is None else middleware,
+    )
+    run.emit(ev.ReactorStarted)
+    if context.status is Status.PENDING:
+        if not validated:
+            try:
+                context.inputs = cls.__py_reactor_contract__.validate(
+                    context.inputs, reactor=run.reactor_name
+                )
+            except InputValidationError as exc:
+                return fail(
+                    run,
+                    StepFailure(
+                        None,
+                        exc,
+                        retryable=False,
+                        work_started=False,
+                        validation_errors=exc.errors,
+                    ),
+                )
+        context.status = Status.RUNNING
+    plan = cls.__py_reactor_plan__
+    try:
+        for name in cls.__py_reactor_order__:
+            if name in context.results:
+                continue
+            result = run_step(run, plan[name])
+            if isinstance(result, StepFailure):
+                rollback(run, {n: p.declaration for n, p in plan.items()}, result)
+                return fail(run, result)
+            if isinstance(result, Halted):
+                context.status = Status.HALTED
+                run.emit(ev.ReactorHalted, name, reason=result.reason)
+                return HaltedResult(context, reason=result.reason, step_name=name)
+    except BaseException:
+        context.status = Status.ABORTED
+        raise
+    context.status = Status.COMPLETED
+    value = context.results.get(cls.returns) if cls.returns is not None else None
+    run.emit(ev.ReactorCompleted, value=value)
+    return SuccessResult(context, value)
+
+
+def fail(run: Run, failure: StepFailure) -> FailureResult:
+    """Mark the run failed and build its outcome (after any rollback)."""
+    run.context.status = Status.FAILED
+    exception_class, backtrace = describe_exception(failure.error)
+    run.emit(ev.ReactorFailed, failure.step, error=failure.error)
+    return FailureResult(
+        run.context,
+        error=failure.error,
+        step_name=failure.step,
+        reactor_name=run.reactor_name,
+        exception_class=exception_class,
+        step_arguments=failure.arguments,
+        inputs=run.context.inputs,
+        retryable=failure.retryable,
+        rollback_failures=run.rollback_failures,
+        validation_errors=failure.validation_errors,
+        backtrace=backtrace,
+        attempts=failure.attempts,
+    )

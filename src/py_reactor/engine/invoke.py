@@ -1,0 +1,52 @@
+"""Direct invocation: one step, alone, with the reactor engine's semantics and no retries."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from py_reactor.config import get_config
+from py_reactor.dsl.declaration import StepDeclaration
+from py_reactor.engine._run import Run, StepFailure
+from py_reactor.engine.compensation import rollback
+from py_reactor.engine.context import Context, Status
+from py_reactor.engine.executor import fail
+from py_reactor.engine.results import HaltedResult, Outcome, SuccessResult
+from py_reactor.engine.step_runner import Halted, run_resolved
+
+__all__ = ["invoke_declaration"]
+
+
+def invoke_declaration(
+    decl: StepDeclaration, args: Mapping[str, Any] | None, *, context: Any = None
+) -> Outcome:
+    """Validate ``args`` and run ``decl`` once; compensate it if its work started and failed.
+
+    ``context`` (optional) is the context of the execution this call is nested in; the new
+    execution shares its root id, so it belongs to the same execution tree.
+
+    Raises:
+        TypeError: ``args`` is not a mapping or ``context`` is not a Context.
+    """
+    if args is None:
+        args = {}
+    if not isinstance(args, Mapping):
+        raise TypeError(f"{decl.label}.invoke(args) takes a mapping of arguments, got {args!r}")
+    if context is not None and not isinstance(context, Context):
+        raise TypeError(
+            f"{decl.label}.invoke(context=...) takes a py_reactor Context, got {context!r}"
+        )
+    name = decl.label
+    raw = dict(args)
+    own = Context(reactor=name, inputs=raw) if context is None else context.child(name, raw)
+    own.status = Status.RUNNING
+    run = Run(name, own, get_config().middleware)
+    result = run_resolved(run, name, decl, raw, retry=False)
+    if isinstance(result, StepFailure):
+        rollback(run, {name: decl}, result)
+        return fail(run, result)
+    if isinstance(result, Halted):
+        own.status = Status.HALTED
+        return HaltedResult(own, reason=result.reason, step_name=name)
+    own.status = Status.COMPLETED
+    return SuccessResult(own, result.value)

@@ -1,0 +1,208 @@
+"""Outcomes: what ``Reactor.run`` and ``Step.invoke`` return.
+
+``SuccessResult`` and ``HaltedResult`` have ``is_success`` True; ``FailureResult`` False. Every
+outcome has ``value``, ``error`` and ``context`` so callers can read them without type checks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any, TypedDict
+
+from py_reactor.engine.context import Context
+
+__all__ = [
+    "FailureResult",
+    "HaltedResult",
+    "Outcome",
+    "RollbackFailure",
+    "SuccessResult",
+    "nested_failure",
+]
+
+
+class RollbackFailure(TypedDict):
+    """A compensate or undo that did not succeed during rollback."""
+
+    step: str
+    kind: str  # "compensate" | "undo"
+    key: str | None  # the coordination key involved, if any
+    reason: str  # "returned_failure" | "raised" | "coordination_unavailable"
+    message: str
+
+
+def nested_failure(step: str, failure: RollbackFailure) -> RollbackFailure:
+    """``failure`` of a composed child, renamed ``<step>.<child step>`` for the parent."""
+    return RollbackFailure(
+        step=f"{step}.{failure['step']}",
+        kind=failure["kind"],
+        key=failure["key"],
+        reason=failure["reason"],
+        message=failure["message"],
+    )
+
+
+class Outcome:
+    """Base of every outcome."""
+
+    __slots__ = ("context",)
+    is_success: bool = False
+    status: str = ""
+
+    def __init__(self, context: Context) -> None:
+        self.context = context
+
+    @property
+    def value(self) -> Any:
+        """The run's value (None unless it succeeded)."""
+        return None
+
+    @property
+    def error(self) -> Any:
+        """The run's error (None unless it failed)."""
+        return None
+
+    @property
+    def execution_id(self) -> str:
+        """The id of the execution this outcome ends."""
+        return self.context.execution_id
+
+    @property
+    def results(self) -> Mapping[str, Any]:
+        """Every finished step's value, by step name (read-only)."""
+        return MappingProxyType(self.context.results)
+
+    @property
+    def trace(self) -> list[dict[str, Any]]:
+        """What happened, in order: one entry per run, skip, retry, failure, compensate, undo."""
+        return self.context.trace
+
+
+class SuccessResult(Outcome):
+    """Every step ran (or was skipped); ``value`` is the ``returns`` step's value."""
+
+    __slots__ = ("_value",)
+    is_success = True
+    status = "completed"
+
+    def __init__(self, context: Context, value: Any) -> None:
+        super().__init__(context)
+        self._value = value
+
+    @property
+    def value(self) -> Any:
+        return self._value
+
+    def __repr__(self) -> str:
+        return f"<SuccessResult {_name(self.context)} value={self._value!r}>"
+
+
+class HaltedResult(Outcome):
+    """A step returned ``Halt``: the run stopped cleanly, keeping its progress, no rollback."""
+
+    __slots__ = ("reason", "step_name")
+    is_success = True
+    status = "halted"
+
+    def __init__(self, context: Context, *, reason: str, step_name: str | None) -> None:
+        super().__init__(context)
+        self.reason = reason
+        self.step_name = step_name
+
+    def __repr__(self) -> str:
+        return (
+            f"<HaltedResult {_name(self.context)} step={self.step_name!r} reason={self.reason!r}>"
+        )
+
+
+class FailureResult(Outcome):
+    """The run failed; completed steps were rolled back.
+
+    Attributes:
+        error: the exception when the failure came from one (including validation and
+            resolution errors), otherwise the ``Failure``'s error.
+        step_name: the step that failed (None when the reactor's own inputs were invalid).
+        reactor_name: the reactor's class name.
+        exception_class: qualified name of the exception class, or None.
+        step_arguments: the arguments the failing step received, when they were resolved.
+        inputs: the reactor's inputs.
+        retryable: whether trying the same work again might succeed.
+        rollback_failures: every compensate/undo that did not succeed, never dropped.
+        validation_errors: per-field errors when inputs were invalid, else an empty list.
+        backtrace: the formatted traceback of the exception (bounded), or None.
+        attempts: how many attempts the failing step made.
+    """
+
+    __slots__ = (
+        "_error",
+        "attempts",
+        "backtrace",
+        "exception_class",
+        "inputs",
+        "reactor_name",
+        "retryable",
+        "rollback_failures",
+        "step_arguments",
+        "step_name",
+        "validation_errors",
+    )
+    is_success = False
+    status = "failed"
+
+    def __init__(
+        self,
+        context: Context,
+        *,
+        error: Any,
+        step_name: str | None,
+        reactor_name: str,
+        exception_class: str | None = None,
+        step_arguments: Mapping[str, Any] | None = None,
+        inputs: Mapping[str, Any] | None = None,
+        retryable: bool = False,
+        rollback_failures: list[RollbackFailure] | None = None,
+        validation_errors: list[dict[str, Any]] | None = None,
+        backtrace: str | None = None,
+        attempts: int = 0,
+    ) -> None:
+        super().__init__(context)
+        self._error = error
+        self.step_name = step_name
+        self.reactor_name = reactor_name
+        self.exception_class = exception_class
+        self.step_arguments = dict(step_arguments) if step_arguments is not None else None
+        self.inputs = dict(inputs or {})
+        self.retryable = retryable
+        self.rollback_failures: list[RollbackFailure] = list(rollback_failures or [])
+        self.validation_errors = list(validation_errors or [])
+        self.backtrace = backtrace
+        self.attempts = attempts
+
+    @property
+    def error(self) -> Any:
+        return self._error
+
+    @property
+    def message(self) -> str:
+        """A one-line account: where it failed and why."""
+        where = (
+            f"step {self.step_name!r} of {self.reactor_name}"
+            if self.step_name
+            else (self.reactor_name)
+        )
+        text = f"{where} failed: {self._error}"
+        if self.rollback_failures:
+            text += f" ({len(self.rollback_failures)} rollback failure(s))"
+        return text
+
+    def __repr__(self) -> str:
+        return (
+            f"<FailureResult {self.reactor_name} step={self.step_name!r} error={self._error!r} "
+            f"rollback_failures={len(self.rollback_failures)}>"
+        )
+
+
+def _name(context: Context) -> str:
+    """The reactor's class name from a context's ``module:qualname``."""
+    return context.reactor.rpartition(":")[2]

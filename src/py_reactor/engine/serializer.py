@@ -1,0 +1,148 @@
+"""A context to and from JSON, with an explicit schema version. Never pickle.
+
+Inputs, results and private data must be JSON-representable (pydantic's rules: datetimes,
+decimals, UUIDs, dataclasses and models are turned into their JSON form and come back as that
+form, not as the original type). The trace is diagnostics: what cannot be encoded is kept as its
+``repr``. Anything that does not parse, or has another schema version, is rejected.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import pydantic
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic_core import PydanticSerializationError, to_jsonable_python
+
+from py_reactor.engine.context import Context, Status
+from py_reactor.errors import SerializationError
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "context_from_dict",
+    "context_to_dict",
+    "dumps_context",
+    "loads_context",
+]
+
+#: The version written by this release; also the only one it reads.
+SCHEMA_VERSION = 1
+
+
+class _ContextPayload(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    reactor: str
+    execution_id: str
+    root_id: str
+    parent_id: str | None
+    status: Annotated[Status, Field(strict=False)]
+    inputs: dict[str, Any]
+    results: dict[str, Any]
+    arguments: dict[str, dict[str, Any]]
+    completed: list[str]
+    trace: list[dict[str, Any]]
+    private: dict[str, Any]
+    children: dict[str, _ContextPayload]
+
+
+def context_to_dict(context: Context) -> dict[str, Any]:
+    """The JSON-ready form of ``context`` (without the schema version envelope).
+
+    Raises:
+        SerializationError: an input, result, argument or private value is not representable.
+    """
+    return {
+        "reactor": context.reactor,
+        "execution_id": context.execution_id,
+        "root_id": context.root_id,
+        "parent_id": context.parent_id,
+        "status": context.status.value,
+        "inputs": _strict(context.inputs, "inputs", context),
+        "results": {
+            k: _strict(v, f"the result of step {k!r}", context) for k, v in context.results.items()
+        },
+        "arguments": {
+            k: _strict(v, f"the arguments of step {k!r}", context)
+            for k, v in context.arguments.items()
+        },
+        "completed": list(context.completed),
+        "trace": to_jsonable_python(context.trace, fallback=repr),
+        "private": _strict(context.private, "private data", context),
+        "children": {k: context_to_dict(v) for k, v in context.children.items()},
+    }
+
+
+def context_from_dict(data: Any) -> Context:
+    """Rebuild a context from :func:`context_to_dict`'s form.
+
+    Raises:
+        SerializationError: the data does not have the context's shape.
+    """
+    try:
+        payload = _ContextPayload.model_validate(data)
+    except pydantic.ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(map(str, e['loc'])) or '<root>'}: {e['msg']}" for e in exc.errors()
+        )
+        raise SerializationError(f"not a valid py_reactor context: {problems}") from None
+    return _build(payload)
+
+
+def dumps_context(context: Context) -> str:
+    """``context`` as a JSON document carrying ``schema_version``."""
+    body = context_to_dict(context)
+    return json.dumps({"schema_version": SCHEMA_VERSION, "context": body}, separators=(",", ":"))
+
+
+def loads_context(text: str | bytes) -> Context:
+    """The context in a document written by :func:`dumps_context`.
+
+    Raises:
+        SerializationError: not JSON, not an envelope, another schema version, or a bad shape.
+    """
+    try:
+        document = json.loads(text)
+    except (TypeError, ValueError) as exc:
+        raise SerializationError(f"a serialized context must be JSON text: {exc}") from None
+    if not isinstance(document, dict) or "schema_version" not in document:
+        raise SerializationError(
+            "not a serialized py_reactor context: expected an object with 'schema_version' "
+            "and 'context'"
+        )
+    version = document["schema_version"]
+    if version != SCHEMA_VERSION:
+        raise SerializationError(
+            f"context schema_version {version!r} is not supported; this py_reactor reads "
+            f"version {SCHEMA_VERSION}"
+        )
+    return context_from_dict(document.get("context"))
+
+
+def _strict(value: Any, what: str, context: Context) -> Any:
+    try:
+        return to_jsonable_python(value)
+    except PydanticSerializationError as exc:
+        raise SerializationError(
+            f"cannot serialize {what} of {context.reactor} (execution {context.execution_id}): "
+            f"{exc}; return JSON-representable values (dicts, lists, str, numbers, "
+            "pydantic models, dataclasses)"
+        ) from None
+
+
+def _build(payload: _ContextPayload) -> Context:
+    return Context(
+        reactor=payload.reactor,
+        inputs=payload.inputs,
+        execution_id=payload.execution_id,
+        root_id=payload.root_id,
+        parent_id=payload.parent_id,
+        status=payload.status,
+        results=payload.results,
+        arguments=payload.arguments,
+        completed=payload.completed,
+        trace=payload.trace,
+        private=payload.private,
+        children={k: _build(v) for k, v in payload.children.items()},
+    )

@@ -1,0 +1,226 @@
+"""One step, start to finish: resolve → validate → guard → run (with retries) → signal.
+
+Failures before the step's work starts (unresolvable arguments, invalid inputs, a refusing
+guard) are reported with ``work_started=False`` so that rollback does not compensate them.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from py_reactor.dsl.declaration import StepDeclaration
+from py_reactor.dsl.reactor import StepPlan
+from py_reactor.dsl.signals import Failure, Halt, Skipped, Success
+from py_reactor.engine._resolve import resolve_arguments
+from py_reactor.engine._run import Run, StepFailure
+from py_reactor.engine._units import defines, make_unit
+from py_reactor.errors import ArgumentResolutionError, InputValidationError
+from py_reactor.observability import events as ev
+
+__all__ = ["Completed", "Halted", "SkippedStep", "StepResult", "run_resolved", "run_step"]
+
+_sleep = time.sleep  # module-level so tests can swap in a fake clock
+
+
+@dataclass(slots=True)
+class Completed:
+    """The step succeeded with ``value``."""
+
+    value: Any
+
+
+@dataclass(slots=True)
+class SkippedStep:
+    """The step was skipped; ``value`` still flows on."""
+
+    value: Any
+    reason: str | None
+
+
+@dataclass(slots=True)
+class Halted:
+    """The step asked the whole run to stop cleanly."""
+
+    reason: str
+
+
+StepResult = Completed | SkippedStep | Halted | StepFailure
+
+
+def run_step(run: Run, plan: StepPlan) -> StepResult:
+    """Resolve ``plan``'s arguments from the context, then run the step."""
+    started = time.time()
+    try:
+        args = resolve_arguments(plan, run.context, run.reactor_name)
+    except ArgumentResolutionError as exc:
+        return _refused(run, plan.name, exc, None, started)
+    return run_resolved(run, plan.name, plan.declaration, args, started=started)
+
+
+def run_resolved(
+    run: Run,
+    name: str,
+    decl: StepDeclaration,
+    args: dict[str, Any],
+    *,
+    started: float | None = None,
+    retry: bool = True,
+) -> StepResult:
+    """Validate ``args``, check the guard and run the step, retrying as its policy allows."""
+    if started is None:
+        started = time.time()
+    try:
+        values = decl.contract.validate(args, reactor=run.reactor_name, step=name)
+    except InputValidationError as exc:
+        return _refused(run, name, exc, args, started, validation_errors=exc.errors)
+    unit = make_unit(decl, name, values, run)
+
+    if defines(decl, "guard"):
+        verdict = _guard(unit)
+        if verdict is not None:
+            return _settle_early(run, name, verdict, values, started)
+
+    policy = decl.retry_policy if retry else None
+    max_attempts = policy.max_attempts if policy is not None else 1
+    attempt = 0
+    while True:
+        attempt += 1
+        run.emit(ev.StepStarted, name, attempt=attempt)
+        try:
+            signal = _as_signal(unit.run())
+        except Exception as exc:
+            signal = Failure(exc)
+        if isinstance(signal, Success):
+            return _complete(run, name, values, signal.value, attempt, started)
+        if isinstance(signal, Skipped):
+            return _skip(run, name, values, signal, started)
+        if isinstance(signal, Halt):
+            return _halt(run, name, signal.reason, started)
+        failure = signal
+        if failure.retryable and attempt < max_attempts and policy is not None:
+            delay = policy.delay(attempt)
+            run.record(
+                "retry", name, started, attempt=attempt, error=_text(failure.error), delay=delay
+            )
+            run.emit(ev.StepRetried, name, attempt=attempt, delay=delay, error=failure.error)
+            if delay > 0:
+                _sleep(delay)
+            started = time.time()
+            continue
+        run.record(
+            "failed", name, started, attempt=attempt, arguments=values, error=_text(failure.error)
+        )
+        run.emit(ev.StepFailed, name, attempt=attempt, error=failure.error)
+        return StepFailure(
+            step=name,
+            error=failure.error,
+            retryable=failure.retryable,
+            work_started=True,
+            arguments=values,
+            attempts=attempt,
+            unit=unit,
+        )
+
+
+def _as_signal(raw: Any) -> Success | Failure | Halt | Skipped:
+    if isinstance(raw, Success | Failure | Halt | Skipped):
+        return raw
+    return Success(raw)
+
+
+def _guard(unit: Any) -> Failure | Skipped | Halt | None:
+    """None to proceed; otherwise the signal that settles the step without running it."""
+    try:
+        verdict = unit.guard()
+    except Exception as exc:
+        return Failure(exc, retryable=False)
+    if verdict is None or verdict is True or isinstance(verdict, Success):
+        return None
+    if isinstance(verdict, Failure | Skipped | Halt):
+        return verdict
+    if verdict is False:
+        return Failure(f"guard of {type(unit).__qualname__} refused to run", retryable=False)
+    return Failure(
+        TypeError(
+            f"guard of {type(unit).__qualname__} returned {verdict!r}; a guard returns None, "
+            "True/False, Success, Failure, Skipped or Halt"
+        ),
+        retryable=False,
+    )
+
+
+def _settle_early(
+    run: Run, name: str, verdict: Failure | Skipped | Halt, values: dict[str, Any], started: float
+) -> StepResult:
+    if isinstance(verdict, Skipped):
+        return _skip(run, name, values, verdict, started)
+    if isinstance(verdict, Halt):
+        return _halt(run, name, verdict.reason, started)
+    run.record(
+        "failed",
+        name,
+        started,
+        attempt=0,
+        arguments=values,
+        error=_text(verdict.error),
+        refused_by="guard",
+    )
+    run.emit(ev.StepFailed, name, attempt=0, error=verdict.error)
+    return StepFailure(name, verdict.error, verdict.retryable, work_started=False, arguments=values)
+
+
+def _complete(
+    run: Run, name: str, values: dict[str, Any], value: Any, attempt: int, started: float
+) -> Completed:
+    context = run.context
+    context.results[name] = value
+    context.arguments[name] = values
+    context.completed.append(name)
+    run.record("run", name, started, attempt=attempt, arguments=values, result=value)
+    run.emit(ev.StepCompleted, name, attempt=attempt, value=value)
+    return Completed(value)
+
+
+def _skip(
+    run: Run, name: str, values: dict[str, Any], signal: Skipped, started: float
+) -> SkippedStep:
+    run.context.results[name] = signal.value
+    run.context.arguments[name] = values
+    run.record("skipped", name, started, reason=signal.reason, result=signal.value)
+    run.emit(ev.StepSkipped, name, reason=signal.reason)
+    return SkippedStep(signal.value, signal.reason)
+
+
+def _halt(run: Run, name: str, reason: str, started: float) -> Halted:
+    run.record("halted", name, started, reason=reason)
+    return Halted(reason)
+
+
+def _refused(
+    run: Run,
+    name: str,
+    exc: Exception,
+    args: dict[str, Any] | None,
+    started: float,
+    *,
+    validation_errors: list[dict[str, Any]] | None = None,
+) -> StepFailure:
+    run.record("failed", name, started, attempt=0, arguments=args, error=_text(exc))
+    run.emit(ev.StepFailed, name, attempt=0, error=exc)
+    return StepFailure(
+        name,
+        exc,
+        retryable=False,
+        work_started=False,
+        arguments=args,
+        validation_errors=list(validation_errors or []),
+    )
+
+
+def _text(error: Any) -> str:
+    """A readable, JSON-friendly rendering of an error for the trace."""
+    if isinstance(error, BaseException):
+        return f"{type(error).__name__}: {error}"
+    return str(error)

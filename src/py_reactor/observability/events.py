@@ -1,0 +1,197 @@
+"""Lifecycle events: frozen dataclasses named subject + past-tense verb.
+
+Each carries the execution id, the reactor and (for step events) the step, plus one stable dotted
+``name`` used by logs and tracing. Middleware receives them through one method per event.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+__all__ = [
+    "ALL_EVENTS",
+    "CompensationCompleted",
+    "CompensationFailed",
+    "CompensationStarted",
+    "Event",
+    "ReactorCompleted",
+    "ReactorFailed",
+    "ReactorHalted",
+    "ReactorStarted",
+    "RollbackFinished",
+    "RollbackStarted",
+    "StepCompleted",
+    "StepFailed",
+    "StepRetried",
+    "StepSkipped",
+    "StepStarted",
+    "UndoCompleted",
+    "UndoFailed",
+    "UndoStarted",
+]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Event:
+    """Base of every event: which execution, which reactor, which step (None: the reactor)."""
+
+    name: ClassVar[str] = "event"
+    execution_id: str
+    reactor: str
+    step: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReactorStarted(Event):
+    """A reactor run began (before its inputs are validated)."""
+
+    name: ClassVar[str] = "reactor.started"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReactorCompleted(Event):
+    """A reactor run succeeded; ``value`` is what it returns."""
+
+    name: ClassVar[str] = "reactor.completed"
+    value: Any = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReactorFailed(Event):
+    """A reactor run failed (after its rollback); ``step`` is the step that failed, if any."""
+
+    name: ClassVar[str] = "reactor.failed"
+    error: Any = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReactorHalted(Event):
+    """A step returned ``Halt``: the run stopped cleanly, with no rollback."""
+
+    name: ClassVar[str] = "reactor.halted"
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepStarted(Event):
+    """An attempt at a step's work began (``attempt`` counts from 1)."""
+
+    name: ClassVar[str] = "step.started"
+    attempt: int = 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepCompleted(Event):
+    """A step succeeded with ``value``."""
+
+    name: ClassVar[str] = "step.completed"
+    attempt: int = 1
+    value: Any = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepSkipped(Event):
+    """A step returned ``Skipped`` (from its guard or its run)."""
+
+    name: ClassVar[str] = "step.skipped"
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepFailed(Event):
+    """A step failed for good: no attempts left, not retryable, or refused before its work."""
+
+    name: ClassVar[str] = "step.failed"
+    attempt: int = 1
+    error: Any = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepRetried(Event):
+    """An attempt failed and another follows after ``delay`` seconds."""
+
+    name: ClassVar[str] = "step.retried"
+    attempt: int = 1
+    delay: float = 0.0
+    error: Any = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RollbackStarted(Event):
+    """Rollback began after the failure of ``step``."""
+
+    name: ClassVar[str] = "rollback.started"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RollbackFinished(Event):
+    """Rollback ended; ``failures`` counts compensations and undos that did not succeed."""
+
+    name: ClassVar[str] = "rollback.finished"
+    failures: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompensationStarted(Event):
+    """A failing step's ``compensate`` began."""
+
+    name: ClassVar[str] = "compensation.started"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompensationCompleted(Event):
+    """A failing step's ``compensate`` succeeded."""
+
+    name: ClassVar[str] = "compensation.completed"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompensationFailed(Event):
+    """A failing step's ``compensate`` returned a failure or raised."""
+
+    name: ClassVar[str] = "compensation.failed"
+    error: Any = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UndoStarted(Event):
+    """A completed step's ``undo`` began."""
+
+    name: ClassVar[str] = "undo.started"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UndoCompleted(Event):
+    """A completed step's ``undo`` succeeded."""
+
+    name: ClassVar[str] = "undo.completed"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UndoFailed(Event):
+    """A completed step's ``undo`` returned a failure or raised."""
+
+    name: ClassVar[str] = "undo.failed"
+    error: Any = None
+
+
+ALL_EVENTS: tuple[type[Event], ...] = (
+    ReactorStarted,
+    ReactorCompleted,
+    ReactorFailed,
+    ReactorHalted,
+    StepStarted,
+    StepCompleted,
+    StepSkipped,
+    StepFailed,
+    StepRetried,
+    RollbackStarted,
+    RollbackFinished,
+    CompensationStarted,
+    CompensationCompleted,
+    CompensationFailed,
+    UndoStarted,
+    UndoCompleted,
+    UndoFailed,
+)

@@ -1,0 +1,110 @@
+"""``Middleware``: the one extension seam. Subclass it and override the hooks you need.
+
+Every event class has exactly one hook, ``on_<subject>_<verb>``, found through a table keyed by
+event class (never by building strings at dispatch time). A hook that raises is logged on the
+``py_reactor`` logger and the run goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from py_reactor.observability import events as ev
+
+__all__ = ["HOOKS", "Middleware", "emit"]
+
+logger = logging.getLogger("py_reactor")
+
+
+class Middleware:
+    """Receives lifecycle events. Every hook is a no-op until overridden."""
+
+    def on_reactor_started(self, event: ev.ReactorStarted) -> None:
+        """A reactor run began."""
+
+    def on_reactor_completed(self, event: ev.ReactorCompleted) -> None:
+        """A reactor run succeeded."""
+
+    def on_reactor_failed(self, event: ev.ReactorFailed) -> None:
+        """A reactor run failed, after its rollback."""
+
+    def on_reactor_halted(self, event: ev.ReactorHalted) -> None:
+        """A reactor run stopped on ``Halt``."""
+
+    def on_step_started(self, event: ev.StepStarted) -> None:
+        """An attempt at a step began."""
+
+    def on_step_completed(self, event: ev.StepCompleted) -> None:
+        """A step succeeded."""
+
+    def on_step_skipped(self, event: ev.StepSkipped) -> None:
+        """A step was skipped."""
+
+    def on_step_failed(self, event: ev.StepFailed) -> None:
+        """A step failed for good."""
+
+    def on_step_retried(self, event: ev.StepRetried) -> None:
+        """A step attempt failed and will be retried."""
+
+    def on_rollback_started(self, event: ev.RollbackStarted) -> None:
+        """Rollback began."""
+
+    def on_rollback_finished(self, event: ev.RollbackFinished) -> None:
+        """Rollback ended."""
+
+    def on_compensation_started(self, event: ev.CompensationStarted) -> None:
+        """A compensate began."""
+
+    def on_compensation_completed(self, event: ev.CompensationCompleted) -> None:
+        """A compensate succeeded."""
+
+    def on_compensation_failed(self, event: ev.CompensationFailed) -> None:
+        """A compensate failed."""
+
+    def on_undo_started(self, event: ev.UndoStarted) -> None:
+        """An undo began."""
+
+    def on_undo_completed(self, event: ev.UndoCompleted) -> None:
+        """An undo succeeded."""
+
+    def on_undo_failed(self, event: ev.UndoFailed) -> None:
+        """An undo failed."""
+
+
+#: Which Middleware method receives which event class.
+HOOKS: dict[type[ev.Event], str] = {
+    ev.ReactorStarted: "on_reactor_started",
+    ev.ReactorCompleted: "on_reactor_completed",
+    ev.ReactorFailed: "on_reactor_failed",
+    ev.ReactorHalted: "on_reactor_halted",
+    ev.StepStarted: "on_step_started",
+    ev.StepCompleted: "on_step_completed",
+    ev.StepSkipped: "on_step_skipped",
+    ev.StepFailed: "on_step_failed",
+    ev.StepRetried: "on_step_retried",
+    ev.RollbackStarted: "on_rollback_started",
+    ev.RollbackFinished: "on_rollback_finished",
+    ev.CompensationStarted: "on_compensation_started",
+    ev.CompensationCompleted: "on_compensation_completed",
+    ev.CompensationFailed: "on_compensation_failed",
+    ev.UndoStarted: "on_undo_started",
+    ev.UndoCompleted: "on_undo_completed",
+    ev.UndoFailed: "on_undo_failed",
+}
+
+
+def emit(middleware: Sequence[Middleware], event: ev.Event) -> None:
+    """Deliver ``event`` to each middleware in order; a raising hook is logged, never re-raised."""
+    hook = HOOKS[type(event)]
+    for mw in middleware:
+        try:
+            getattr(mw, hook)(event)
+        except Exception:
+            logger.exception(
+                "middleware %s raised in %s for %s (execution %s); the run continues",
+                type(mw).__qualname__,
+                hook,
+                event.name,
+                event.execution_id,
+            )
