@@ -6,10 +6,10 @@ import inspect
 import typing
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
 import pydantic
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from py_reactor.errors import DefinitionError, InputValidationError
 
@@ -26,20 +26,31 @@ class Contract:
     declare nothing pay nothing.
     """
 
-    __slots__ = ("_names", "fields", "model", "owner")
+    __slots__ = ("_pairs", "extra", "fields", "model", "owner")
 
-    def __init__(self, owner: str, model: type[BaseModel] | None) -> None:
+    def __init__(self, owner: str, model: type[BaseModel] | None, *, extra: bool = False) -> None:
         self.owner = owner
         self.model = model
+        self.extra = extra  # a function's **kwargs: undeclared values pass through unvalidated
+        # The model's attributes are f0, f1, ... aliased to the real names, so that an input may
+        # be called anything (``json``, ``model_id``) without clashing with BaseModel's own API.
+        items = [] if model is None else list(model.model_fields.items())
         self.fields: Mapping[str, bool] = MappingProxyType(
-            {} if model is None else {n: f.is_required() for n, f in model.model_fields.items()}
+            {str(f.alias): f.is_required() for _, f in items}
         )
-        self._names = tuple(self.fields)
+        self._pairs = tuple((attr, str(f.alias)) for attr, f in items)
 
     def validate(
         self, values: Mapping[str, Any], *, reactor: str | None = None, step: str | None = None
     ) -> dict[str, Any]:
         """Validate ``values``; raise :class:`InputValidationError` listing every bad field."""
+        if self.extra:
+            declared = {k: v for k, v in values.items() if k in self.fields}
+            passed = {k: v for k, v in values.items() if k not in self.fields}
+            return {
+                **Contract(self.owner, self.model).validate(declared, reactor=reactor, step=step),
+                **passed,
+            }
         if self.model is None:
             if values:
                 raise _unexpected(self.owner, values, reactor=reactor, step=step)
@@ -48,7 +59,7 @@ class Contract:
             instance = self.model.model_validate(values)
         except pydantic.ValidationError as exc:
             raise _validation_error(self.owner, exc, reactor=reactor, step=step) from None
-        return {name: getattr(instance, name) for name in self._names}
+        return {name: getattr(instance, attr) for attr, name in self._pairs}
 
     def view(self, values: dict[str, Any]) -> Mapping[str, Any]:
         """A read-only view of validated values (what key functions and guards receive)."""
@@ -98,7 +109,7 @@ def contract_from_function(fn: Callable[..., Any], *, owner: str) -> tuple[Contr
             )
         default = ... if param.default is param.empty else param.default
         fields[param.name] = (hints.get(param.name, Any), default)
-    return _build(owner, fields), var_keyword
+    return _build(owner, fields, extra=var_keyword), var_keyword
 
 
 def _class_default(cls: type, name: str) -> Any:
@@ -108,15 +119,19 @@ def _class_default(cls: type, name: str) -> Any:
     return ...
 
 
-def _build(owner: str, fields: dict[str, Any]) -> Contract:
+def _build(owner: str, fields: dict[str, Any], *, extra: bool = False) -> Contract:
     if not fields:
-        return Contract(owner, None)
+        return Contract(owner, None, extra=extra)
     model_name = "".join(ch if ch.isalnum() else "_" for ch in owner) + "Inputs"
+    aliased: dict[str, Any] = {
+        f"f{i}": (Annotated[hint, Field(alias=name)], default)
+        for i, (name, (hint, default)) in enumerate(fields.items())
+    }
     try:
-        model = pydantic.create_model(model_name, __config__=_MODEL_CONFIG, **fields)
+        model = pydantic.create_model(model_name, __config__=_MODEL_CONFIG, **aliased)
     except (pydantic.PydanticUserError, pydantic.PydanticSchemaGenerationError, TypeError) as exc:
         raise DefinitionError(f"{owner}: its input contract is not valid: {exc}") from exc
-    return Contract(owner, model)
+    return Contract(owner, model, extra=extra)
 
 
 def _where(owner: str, reactor: str | None, step: str | None) -> str:

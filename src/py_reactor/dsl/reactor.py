@@ -71,7 +71,7 @@ class Reactor:
         register(cls)
 
     @classmethod
-    def run(cls, **inputs: Any) -> Outcome:
+    def run(cls, /, **inputs: Any) -> Outcome:
         """Run this reactor synchronously in this process and return its outcome.
 
         Never raises for a failing step or bad inputs: both come back as a failure outcome.
@@ -104,8 +104,11 @@ def _collect_steps(cls: type) -> dict[str, StepDeclaration]:
 
 
 def _input_contract(cls: type, steps: Mapping[str, StepDeclaration]) -> Contract:
-    own = inspect.get_annotations(cls)
-    for name in own:
+    declared: dict[str, None] = {}
+    for klass in reversed(cls.__mro__):
+        if isinstance(klass, type) and issubclass(klass, Reactor) and klass is not Reactor:
+            declared.update(dict.fromkeys(inspect.get_annotations(klass)))
+    for name in declared:
         if name in REACTOR_RESERVED:
             raise DefinitionError(
                 f"{cls.__qualname__}: {name!r} is reserved on reactors and cannot be an input"

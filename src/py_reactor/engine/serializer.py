@@ -112,12 +112,16 @@ def loads_context(text: str | bytes) -> Context:
             "and 'context'"
         )
     version = document["schema_version"]
-    if version != SCHEMA_VERSION:
+    if type(version) is not int or version != SCHEMA_VERSION:  # JSON true would equal 1
         raise SerializationError(
             f"context schema_version {version!r} is not supported; this py_reactor reads "
             f"version {SCHEMA_VERSION}"
         )
-    return context_from_dict(document.get("context"))
+    if "context" not in document:
+        raise SerializationError(
+            "not a serialized py_reactor context: the 'context' key is missing"
+        )
+    return context_from_dict(document["context"])
 
 
 def _strict(value: Any, what: str, context: Context) -> Any:

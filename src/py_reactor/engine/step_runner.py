@@ -168,7 +168,8 @@ def _settle_early(
         refused_by="guard",
     )
     run.emit(ev.StepFailed, name, attempt=0, error=verdict.error)
-    return StepFailure(name, verdict.error, verdict.retryable, work_started=False, arguments=values)
+    # A refusal is not transient within this run: trying the same arguments again is refused again.
+    return StepFailure(name, verdict.error, retryable=False, work_started=False, arguments=values)
 
 
 def _complete(
