@@ -1,0 +1,174 @@
+"""The py_reactor demo: book a trip as a saga, in this process, with no server.
+
+Three runs of one reactor show what the engine does:
+
+1. success, after the payment gateway times out once and the charge is retried;
+2. a declined card: the step fails and the completed bookings are rolled back, newest first;
+3. invalid inputs: refused before anything runs, with every offending field named.
+
+Run it with ``python examples/demo.py``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import Field
+
+from py_reactor import (
+    Failure,
+    Input,
+    Middleware,
+    Reactor,
+    Result,
+    Step,
+    Success,
+    configure,
+    retries,
+    step,
+)
+from py_reactor.observability import events as ev
+
+# A pretend outside world: what is booked right now, and a gateway that is flaky once.
+BOOKED: set[str] = set()
+GATEWAY = {"timeouts_left": 0}
+
+
+class ReserveFlight(Step):
+    """Hold a seat; release it if a later step fails."""
+
+    traveller: str
+    destination: str
+
+    def run(self) -> Success:
+        seat = f"flight:{self.inputs.destination}:{self.inputs.traveller}"
+        BOOKED.add(seat)
+        return Success(seat)
+
+    def undo(self, result: str) -> Success:
+        BOOKED.discard(result)
+        return Success()
+
+
+class ReserveHotel(Step):
+    """Hold a room for the nights asked; release it if a later step fails."""
+
+    traveller: str
+    destination: str
+    nights: int
+
+    def run(self) -> Success:
+        room = f"hotel:{self.inputs.destination}:{self.inputs.traveller}:{self.inputs.nights}n"
+        BOOKED.add(room)
+        return Success(room)
+
+    def undo(self, result: str) -> Success:
+        BOOKED.discard(result)
+        return Success()
+
+
+@retries(max_attempts=3, backoff="exponential", base_delay=0.05)
+class ChargeCard(Step):
+    """Charge the card; a timeout is retried, a decline is final."""
+
+    card: str
+    amount: Annotated[int, Field(ge=1)]
+
+    def run(self) -> Success | Failure:
+        if GATEWAY["timeouts_left"] > 0:
+            GATEWAY["timeouts_left"] -= 1
+            raise TimeoutError("payment gateway timed out")
+        if self.inputs.card.endswith("0000"):
+            return Failure("card declined by issuer", retryable=False)
+        return Success({"charge_id": f"ch_{self.inputs.amount}", "amount": self.inputs.amount})
+
+
+class BookTrip(Reactor):
+    """Reserve a flight and a hotel, charge the card, then confirm."""
+
+    traveller: str
+    destination: str
+    nights: Annotated[int, Field(ge=1, le=30)]
+    card: str
+
+    flight = step(ReserveFlight)
+    hotel = step(ReserveHotel)
+    charge = step(
+        ChargeCard,
+        amount=Input("nights", transform=lambda n: 120 * n),
+        wait_for=["flight", "hotel"],
+    )
+
+    @step(charge_id=Result("charge", "charge_id"), flight=Result("flight"))
+    def confirm(traveller: str, charge_id: str, flight: str) -> str:
+        return f"{traveller} is booked on {flight} (paid with {charge_id})"
+
+    returns = "confirm"
+
+
+class Narrator(Middleware):
+    """Prints what happens, as it happens."""
+
+    def on_step_completed(self, event: ev.StepCompleted) -> None:
+        print(f"  ok    {event.step:<8} -> {event.value}")
+
+    def on_step_retried(self, event: ev.StepRetried) -> None:
+        print(
+            f"  retry {event.step:<8} attempt {event.attempt} failed ({_text(event.error)}); "
+            f"trying again in {event.delay:.2f}s"
+        )
+
+    def on_step_failed(self, event: ev.StepFailed) -> None:
+        print(f"  FAIL  {event.step or '(inputs)':<8} {_text(event.error)}")
+
+    def on_undo_completed(self, event: ev.UndoCompleted) -> None:
+        print(f"  undo  {event.step:<8} released")
+
+
+def _text(error: Any) -> str:
+    return f"{type(error).__name__}: {error}" if isinstance(error, BaseException) else str(error)
+
+
+def show(title: str, **inputs: Any) -> None:
+    print(f"\n== {title}")
+    outcome = BookTrip.run(**inputs)
+    if outcome.is_success:
+        print(f"  => success: {outcome.value}")
+    elif outcome.validation_errors:
+        print("  => refused, nothing ran:")
+        for problem in outcome.validation_errors:
+            print(f"       {problem['field']}: {problem['message']} (got {problem['input']!r})")
+    else:
+        print(f"  => failure at step {outcome.step_name!r}: {outcome.error}")
+        print(f"     rollback failures: {len(outcome.rollback_failures)}")
+    print(f"     still booked: {sorted(BOOKED) or 'nothing'}")
+
+
+def main() -> None:
+    configure(middleware=[Narrator()])
+    GATEWAY["timeouts_left"] = 1
+    show(
+        "1. Ada books Lisbon; the gateway times out once and the charge is retried",
+        traveller="ada",
+        destination="lisbon",
+        nights=3,
+        card="4242424242424242",
+    )
+    show(
+        "2. Bob's card is declined: the flight and hotel are released, newest first",
+        traveller="bob",
+        destination="oslo",
+        nights=2,
+        card="4000000000000000",
+    )
+    show(
+        "3. Bad inputs are refused before anything runs, every field named",
+        traveller="cy",
+        destination="rome",
+        nights=0,
+        card=1234,
+    )
+
+
+if __name__ == "__main__":
+    main()

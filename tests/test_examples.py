@@ -1,0 +1,40 @@
+"""Every script in examples/ runs to completion as its own process."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
+
+
+@pytest.mark.parametrize("script", EXAMPLES, ids=lambda p: p.name)
+def test_example_runs(script: Path) -> None:
+    """The example exits 0 and prints something."""
+    done = subprocess.run(
+        [sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip()
+
+
+def test_demo_shows_success_retry_and_rollback() -> None:
+    """The demo's output shows a retried success, a rolled-back failure and refused inputs."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "demo.py")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    out = done.stdout
+    assert "retry charge" in out
+    assert "=> success: ada is booked" in out
+    assert out.index("undo  hotel") < out.index("undo  flight")
+    assert "=> failure at step 'charge': card declined by issuer" in out
+    assert "nights: Input should be greater than or equal to 1" in out
+    assert "card: Input should be a valid string" in out

@@ -1,0 +1,131 @@
+"""The top-level package: exactly the promised names, light imports, typing marker shipped."""
+
+import importlib
+import json
+import subprocess
+import sys
+import types
+from importlib import resources
+from pathlib import Path
+
+import pytest
+
+import py_reactor
+
+#: Names DESIGN.md §2 promises that the engine-core stage builds.
+PROMISED_NOW = (
+    "Reactor",
+    "Step",
+    "step",
+    "compose",
+    "Input",
+    "Result",
+    "Value",
+    "Success",
+    "Failure",
+    "Halt",
+    "Skipped",
+    "retries",
+    "configure",
+)
+
+#: Names DESIGN.md §2 says arrive with later work: never exported as stubs before then.
+ARRIVING_LATER = (
+    "async_step",
+    "async_reactor",
+    "map_step",
+    "interrupt",
+    "Element",
+    "with_lock",
+    "with_semaphore",
+    "with_rate_limit",
+    "with_period",
+    "with_ordered_lock",
+    "Lock",
+    "Semaphore",
+    "RateLimit",
+    "Period",
+    "OrderedLock",
+)
+
+#: Optional heavy dependencies that a bare ``import py_reactor`` must not pull in.
+HEAVY = ("celery", "redis", "starlette", "opentelemetry")
+
+
+def test_every_name_in_all_is_importable() -> None:
+    """Each name listed in py_reactor.__all__ is an attribute of the package, without repeats."""
+    assert len(py_reactor.__all__) == len(set(py_reactor.__all__))
+    for name in py_reactor.__all__:
+        assert hasattr(py_reactor, name), name
+    namespace: dict[str, object] = {}
+    exec("from py_reactor import *", namespace)
+    assert set(py_reactor.__all__) <= set(namespace)
+
+
+def test_all_lists_every_public_non_module_attribute() -> None:
+    """Every public attribute of the package that is not a submodule is listed in __all__."""
+    public = {
+        name
+        for name, value in vars(py_reactor).items()
+        if not name.startswith("_") and not isinstance(value, types.ModuleType)
+    }
+    listed = {name for name in py_reactor.__all__ if not name.startswith("_")}
+
+    assert public == listed
+
+
+@pytest.mark.parametrize("name", PROMISED_NOW)
+def test_promised_names_exist(name: str) -> None:
+    """The names DESIGN.md §2 promises for this stage are exported from py_reactor."""
+    assert name in py_reactor.__all__
+    assert getattr(py_reactor, name) is not None
+
+
+@pytest.mark.parametrize("name", ARRIVING_LATER)
+def test_names_of_later_work_are_not_exported_yet(name: str) -> None:
+    """Names that arrive with later work are not exported, not even as stubs."""
+    assert name not in py_reactor.__all__
+    assert not hasattr(py_reactor, name)
+    with pytest.raises(ImportError):
+        exec(f"from py_reactor import {name}", {})
+
+
+def test_import_does_not_load_heavy_optional_dependencies() -> None:
+    """A bare `import py_reactor` loads none of celery, redis, starlette or opentelemetry."""
+    probe = (
+        "import json, sys\n"
+        "import py_reactor\n"
+        f"heavy = {HEAVY!r}\n"
+        "loaded = sorted(m for m in sys.modules if m.split('.')[0] in heavy)\n"
+        "print(json.dumps({'ok': 'py_reactor' in sys.modules, 'loaded': loaded}))\n"
+    )
+    completed = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=False, timeout=60
+    )
+
+    assert completed.returncode == 0, completed.stderr
+    report = json.loads(completed.stdout.strip().splitlines()[-1])
+    assert report["ok"] is True
+    assert report["loaded"] == []
+
+
+def test_py_typed_is_shipped_in_the_package_directory() -> None:
+    """The PEP 561 marker py.typed sits next to py_reactor/__init__.py."""
+    package_dir = Path(py_reactor.__file__).parent
+
+    assert (package_dir / "py.typed").is_file()
+    assert resources.files("py_reactor").joinpath("py.typed").is_file()
+
+
+def test_errors_module_exports_the_error_tree() -> None:
+    """py_reactor.errors exports ReactorError and its subclasses, all derived from it."""
+    errors = importlib.import_module("py_reactor.errors")
+
+    for name in (
+        "DefinitionError",
+        "InputValidationError",
+        "ArgumentResolutionError",
+        "SerializationError",
+    ):
+        assert name in errors.__all__
+        assert issubclass(getattr(errors, name), errors.ReactorError)
