@@ -61,22 +61,10 @@ class Contract:
             raise _validation_error(self.owner, exc, reactor=reactor, step=step) from None
         return {name: getattr(instance, attr) for attr, name in self._pairs}
 
-    def view(self, values: dict[str, Any]) -> Mapping[str, Any]:
-        """A read-only view of validated values (what key functions and guards receive)."""
-        return MappingProxyType(values)
-
 
 def contract_from_class(cls: type, *, exclude: set[str], owner: str) -> Contract:
     """Build a contract from the annotations of ``cls`` (and its bases), minus ``exclude``."""
-    try:
-        hints = typing.get_type_hints(cls, include_extras=True)
-    except NameError as exc:
-        raise DefinitionError(
-            f"{owner}: cannot resolve the annotation {exc.name!r}. With "
-            "'from __future__ import annotations', annotations are strings resolved from the "
-            "module's globals, so names local to a function cannot be used; move the type to "
-            "module level."
-        ) from exc
+    hints = _type_hints(cls, owner)
     fields: dict[str, Any] = {}
     for name, hint in hints.items():
         if name in exclude or name.startswith("_") or typing.get_origin(hint) is ClassVar:
@@ -88,14 +76,7 @@ def contract_from_class(cls: type, *, exclude: set[str], owner: str) -> Contract
 
 def contract_from_function(fn: Callable[..., Any], *, owner: str) -> tuple[Contract, bool]:
     """Build a contract from a function's parameters; also say whether it takes ``**kwargs``."""
-    try:
-        hints = typing.get_type_hints(fn, include_extras=True)
-    except NameError as exc:
-        raise DefinitionError(
-            f"{owner}: cannot resolve the annotation {exc.name!r} of {fn.__qualname__}; with "
-            "'from __future__ import annotations', names local to a function cannot be "
-            "resolved: move the type to module level."
-        ) from exc
+    hints = _type_hints(fn, owner)
     fields: dict[str, Any] = {}
     var_keyword = False
     for param in inspect.signature(fn).parameters.values():
@@ -110,6 +91,18 @@ def contract_from_function(fn: Callable[..., Any], *, owner: str) -> tuple[Contr
         default = ... if param.default is param.empty else param.default
         fields[param.name] = (hints.get(param.name, Any), default)
     return _build(owner, fields, extra=var_keyword), var_keyword
+
+
+def _type_hints(obj: Any, owner: str) -> dict[str, Any]:
+    try:
+        return typing.get_type_hints(obj, include_extras=True)
+    except NameError as exc:
+        raise DefinitionError(
+            f"{owner}: cannot resolve the annotation {exc.name!r}. With "
+            "'from __future__ import annotations', annotations are strings resolved from the "
+            "module's globals, so names local to a function cannot be used; move the type to "
+            "module level."
+        ) from exc
 
 
 def _class_default(cls: type, name: str) -> Any:
