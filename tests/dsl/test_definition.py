@@ -715,3 +715,43 @@ def test_future_annotations_with_function_local_type_are_refused(
 
     with pytest.raises(DefinitionError, match=r"Uses.*'Local'.*module level"):
         module.define()
+
+
+def test_definition_errors_carry_reactor_and_step_attributes() -> None:
+    """A refused wiring names its reactor and step as attributes, not only in the message."""
+    with pytest.raises(DefinitionError) as caught:
+
+        class Carrier(Reactor):
+            a = step(Noop, wait_for="nowhere")
+
+    assert caught.value.reactor.endswith("Carrier")  # the qualname, as in messages
+    assert caught.value.step == "a"
+
+
+def test_one_declaration_bound_to_two_names_is_refused() -> None:
+    """Binding the same step(...) object to two attributes is refused, naming both."""
+    shared = step(Noop)
+    with pytest.raises(DefinitionError, match=r"bound to both 'first' and 'second'"):
+
+        class Twice(Reactor):
+            first = shared
+            second = shared
+
+
+def test_hook_function_names_are_not_extra_steps() -> None:
+    """`@x.undo def _undo` binds the declaration under the hook's name without a second step."""
+
+    class Hooked(Reactor):
+        @step
+        def x() -> int:
+            return 1
+
+        @x.undo
+        def _undo(result: int) -> None:
+            return None
+
+        @x.compensate
+        def _comp(error: object) -> None:
+            return None
+
+    assert Hooked.__py_reactor_order__ == ("x",)

@@ -12,15 +12,19 @@ from py_reactor import (
     Halt,
     HaltedResult,
     Input,
+    Middleware,
     Reactor,
+    Status,
     Step,
     Success,
     SuccessResult,
+    configure,
     retries,
     step,
 )
 from py_reactor.engine import Context, step_runner
 from py_reactor.errors import InputValidationError
+from py_reactor.observability import events as ev
 
 #: What the steps of this module did, in order (cleared around every test).
 LOG: list[Any] = []
@@ -280,3 +284,53 @@ def test_calling_inline_step_declaration_calls_the_plain_function() -> None:
 
     assert result == Success("mailed not validated")
     assert LOG == [("email", "not validated")]
+
+
+class _Events(Middleware):
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def on_reactor_started(self, event: ev.ReactorStarted) -> None:
+        self.names.append(event.name)
+
+    def on_reactor_failed(self, event: ev.ReactorFailed) -> None:
+        self.names.append(event.name)
+
+    def on_reactor_completed(self, event: ev.ReactorCompleted) -> None:
+        self.names.append(event.name)
+
+    def on_step_failed(self, event: ev.StepFailed) -> None:
+        self.names.append(event.name)
+
+    def on_step_completed(self, event: ev.StepCompleted) -> None:
+        self.names.append(event.name)
+
+
+class _Raises(Step):
+    def run(self) -> None:
+        raise ValueError("boom")
+
+
+class _Interrupted(Step):
+    def run(self) -> None:
+        LOG.append(self.context)
+        raise KeyboardInterrupt
+
+
+def test_invoke_emits_step_events_and_no_reactor_events() -> None:
+    """A direct invocation reports step events only: no reactor ran, so none started or failed."""
+    recorder = _Events()
+    configure(middleware=[recorder])
+
+    assert _Raises.invoke({}).is_success is False
+    assert Charge.invoke({"account_id": 1, "amount": 2}).is_success is True
+    assert recorder.names == ["step.failed", "step.completed"]
+
+
+def test_interrupted_invoke_marks_the_context_aborted() -> None:
+    """KeyboardInterrupt inside an invoked step propagates and leaves the context aborted."""
+    with pytest.raises(KeyboardInterrupt):
+        _Interrupted.invoke({})
+
+    (context,) = LOG
+    assert context.status is Status.ABORTED

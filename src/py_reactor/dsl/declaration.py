@@ -55,6 +55,7 @@ class StepDeclaration:
         self.compensate_hook: Hook | None = None
         self.undo_hook: Hook | None = None
         self.name: str | None = None
+        self.hook_names: set[str] = set()  # names the compensate/undo functions were defined as
         if kind is StepKind.INLINE:
             inherited = getattr(target, RETRY_ATTRIBUTE, None)
             if inherited is not None:
@@ -107,12 +108,14 @@ class StepDeclaration:
         """Attach ``fn(error, **arguments)``, run when this inline step itself fails."""
         self._check_hook("compensate", fn, self.compensate_hook)
         self.compensate_hook = fn
+        self.hook_names.add(getattr(fn, "__name__", ""))
         return self
 
     def undo(self, fn: Hook) -> StepDeclaration:
         """Attach ``fn(result, **arguments)``, run when a later step fails after this one."""
         self._check_hook("undo", fn, self.undo_hook)
         self.undo_hook = fn
+        self.hook_names.add(getattr(fn, "__name__", ""))
         return self
 
     def _check_hook(self, what: str, fn: object, existing: Hook | None) -> None:

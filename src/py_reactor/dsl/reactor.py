@@ -66,7 +66,8 @@ class Reactor:
         if cls.returns is not None and cls.returns not in plan:
             raise DefinitionError(
                 f"{cls.__qualname__}.returns names {cls.returns!r}, which is not a step; "
-                f"steps are: {', '.join(plan) or '(none)'}"
+                f"steps are: {', '.join(plan) or '(none)'}",
+                reactor=cls.__qualname__,
             )
         register(cls)
 
@@ -88,8 +89,16 @@ def _collect_steps(cls: type) -> dict[str, StepDeclaration]:
         seen: set[int] = set()
         for attr, value in vars(klass).items():
             if isinstance(value, StepDeclaration):
-                if id(value) in seen:  # an alias such as ``@charge.undo def _undo``
-                    continue
+                if id(value) in seen:
+                    if attr in value.hook_names:  # ``@charge.undo def _undo``: not a new step
+                        continue
+                    first = next(n for n, d in steps.items() if d is value)
+                    raise DefinitionError(
+                        f"{cls.__qualname__}: one step declaration is bound to both {first!r} "
+                        f"and {attr!r}; call step(...) once for each step",
+                        reactor=cls.__qualname__,
+                        step=attr,
+                    )
                 seen.add(id(value))
                 steps[attr] = value
             elif attr in steps and klass is cls:
@@ -98,7 +107,9 @@ def _collect_steps(cls: type) -> dict[str, StepDeclaration]:
         if name in REACTOR_RESERVED:
             raise DefinitionError(
                 f"{cls.__qualname__}: a step cannot be named {name!r} "
-                f"(reserved on reactors: {', '.join(sorted(REACTOR_RESERVED))})"
+                f"(reserved on reactors: {', '.join(sorted(REACTOR_RESERVED))})",
+                reactor=cls.__qualname__,
+                step=name,
             )
     return steps
 
@@ -111,11 +122,14 @@ def _input_contract(cls: type, steps: Mapping[str, StepDeclaration]) -> Contract
     for name in declared:
         if name in REACTOR_RESERVED:
             raise DefinitionError(
-                f"{cls.__qualname__}: {name!r} is reserved on reactors and cannot be an input"
+                f"{cls.__qualname__}: {name!r} is reserved on reactors and cannot be an input",
+                reactor=cls.__qualname__,
             )
         if name in steps:
             raise DefinitionError(
-                f"{cls.__qualname__}: {name!r} is both an input and a step; rename one of them"
+                f"{cls.__qualname__}: {name!r} is both an input and a step; rename one of them",
+                reactor=cls.__qualname__,
+                step=name,
             )
     exclude = set(Reactor.__annotations__) | set(steps)
     return contract_from_class(cls, exclude=exclude, owner=cls.__qualname__)
@@ -129,13 +143,15 @@ def _plan_step(
     steps: Mapping[str, StepDeclaration],
 ) -> StepPlan:
     where = f"{cls.__qualname__}, step {name!r}"
+    at = {"reactor": cls.__qualname__, "step": name}
     fields = decl.contract.fields
     for arg in decl.wiring:
         if arg not in fields and not decl.accepts_extra:
             declared = ", ".join(fields) or "(none)"
             raise DefinitionError(
                 f"{where}: wires argument {arg!r}, which {_what(decl)} does not declare "
-                f"(it declares: {declared})"
+                f"(it declares: {declared})",
+                **at,
             )
     arguments: list[tuple[str, Source]] = list(decl.wiring.items())
     for arg, required in fields.items():
@@ -146,26 +162,30 @@ def _plan_step(
         elif required:
             raise DefinitionError(
                 f"{where}: required argument {arg!r} is not wired and {cls.__qualname__} has no "
-                f"input named {arg!r}; wire it with {arg}=Input(...), Result(...) or Value(...)"
+                f"input named {arg!r}; wire it with {arg}=Input(...), Result(...) or Value(...)",
+                **at,
             )
     depends_on: list[str] = []
     for arg, source in arguments:
         if isinstance(source, Input) and source.name not in inputs.fields:
             raise DefinitionError(
                 f"{where}: argument {arg!r} reads Input({source.name!r}), but "
-                f"{cls.__qualname__} has no such input (inputs: {_names(inputs.fields)})"
+                f"{cls.__qualname__} has no such input (inputs: {_names(inputs.fields)})",
+                **at,
             )
         if isinstance(source, Result):
             if source.step not in steps:
                 raise DefinitionError(
                     f"{where}: argument {arg!r} reads Result({source.step!r}), but there is no "
-                    f"step named {source.step!r} (steps: {', '.join(steps)})"
+                    f"step named {source.step!r} (steps: {', '.join(steps)})",
+                    **at,
                 )
             depends_on.append(source.step)
     for other in decl.wait_for:
         if other not in steps:
             raise DefinitionError(
-                f"{where}: wait_for names {other!r}, which is not a step (steps: {_names(steps)})"
+                f"{where}: wait_for names {other!r}, which is not a step (steps: {_names(steps)})",
+                **at,
             )
         depends_on.append(other)
     return StepPlan(name, decl, tuple(arguments), tuple(dict.fromkeys(depends_on)))
@@ -191,6 +211,7 @@ def _order(cls: type, plan: Mapping[str, StepPlan]) -> tuple[str, ...]:
         cycle = find_cycle(names, depends_on)
         raise DefinitionError(
             f"{cls.__qualname__}: steps depend on each other in a cycle: "
-            f"{' -> '.join(cycle)} (each arrow reads 'depends on')"
+            f"{' -> '.join(cycle)} (each arrow reads 'depends on')",
+            reactor=cls.__qualname__,
         )
     return tuple(order)

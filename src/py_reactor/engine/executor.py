@@ -22,7 +22,7 @@ from py_reactor.errors import InputValidationError
 from py_reactor.observability import events as ev
 from py_reactor.observability.middleware import Middleware
 
-__all__ = ["execute", "fail", "run_reactor"]
+__all__ = ["execute", "failure_result", "run_reactor"]
 
 
 def run_reactor(cls: type[Reactor], inputs: Mapping[str, Any]) -> Outcome:
@@ -90,10 +90,16 @@ def execute(
 
 
 def fail(run: Run, failure: StepFailure) -> FailureResult:
-    """Mark the run failed and build its outcome (after any rollback)."""
+    """End a reactor run as failed (after any rollback) and tell middleware."""
+    outcome = failure_result(run, failure)
+    run.emit(ev.ReactorFailed, failure.step, error=failure.error)
+    return outcome
+
+
+def failure_result(run: Run, failure: StepFailure) -> FailureResult:
+    """Mark the context failed and build the outcome that reports ``failure``."""
     run.context.status = Status.FAILED
     exception_class, backtrace = describe_exception(failure.error)
-    run.emit(ev.ReactorFailed, failure.step, error=failure.error)
     return FailureResult(
         run.context,
         error=failure.error,

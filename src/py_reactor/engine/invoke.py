@@ -10,7 +10,7 @@ from py_reactor.dsl.declaration import StepDeclaration
 from py_reactor.engine._run import Run, StepFailure
 from py_reactor.engine.compensation import rollback
 from py_reactor.engine.context import Context, Status
-from py_reactor.engine.executor import fail
+from py_reactor.engine.executor import failure_result
 from py_reactor.engine.results import HaltedResult, Outcome, SuccessResult
 from py_reactor.engine.step_runner import Halted, run_resolved
 
@@ -41,10 +41,14 @@ def invoke_declaration(
     own = Context(reactor=name, inputs=raw) if context is None else context.child(name, raw)
     own.status = Status.RUNNING
     run = Run(name, own, get_config().middleware)
-    result = run_resolved(run, name, decl, raw, retry=False)
-    if isinstance(result, StepFailure):
-        rollback(run, {name: decl}, result)
-        return fail(run, result)
+    try:
+        result = run_resolved(run, name, decl, raw, retry=False)
+        if isinstance(result, StepFailure):
+            rollback(run, {name: decl}, result)
+            return failure_result(run, result)  # step events only: no reactor ran
+    except BaseException:
+        own.status = Status.ABORTED
+        raise
     if isinstance(result, Halted):
         own.status = Status.HALTED
         return HaltedResult(own, reason=result.reason, step_name=name)
