@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
+import uuid
 from collections.abc import Iterator
 
 import pytest
 
 from py_reactor.testing import reset
+from tests._redis import PrivateRedis
 
 
 @pytest.fixture(autouse=True)
@@ -15,3 +20,47 @@ def _default_settings() -> Iterator[None]:
     reset()
     yield
     reset()
+
+
+@pytest.fixture(scope="session")
+def private_redis() -> Iterator[PrivateRedis]:
+    """A redis-server started for this test session on a free port; stopped at the end."""
+    server = PrivateRedis()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_url(private_redis: PrivateRedis) -> str:
+    """The URL of the session's private redis-server."""
+    return private_redis.url
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Point the embedded default at a private folder, for this process and its children."""
+    if "PY_REACTOR_TEST_EMBEDDED_DIR" not in os.environ:
+        folder = tempfile.mkdtemp(prefix="pyr-emb-")
+        os.environ["PY_REACTOR_TEST_EMBEDDED_DIR"] = folder
+        os.environ["PY_REACTOR_EMBEDDED_DIR"] = folder
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Stop the private embedded server this run started, and remove its folder."""
+    from py_reactor.storage.embedded import stop_embedded
+
+    folder = os.environ.pop("PY_REACTOR_TEST_EMBEDDED_DIR", None)
+    if folder is not None:
+        stop_embedded(folder)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def embedded_folder() -> str:
+    """The private folder of the embedded server this test run uses (never the user's own)."""
+    return os.environ["PY_REACTOR_EMBEDDED_DIR"]
+
+
+@pytest.fixture
+def key() -> str:
+    """A coordination key no other test uses (tests never flush the server)."""
+    return f"test-{uuid.uuid4().hex[:12]}"

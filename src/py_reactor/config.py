@@ -7,9 +7,13 @@ the configuration never affects a run already in progress.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Any
 
+from py_reactor.coordination._options import check_limits
+from py_reactor.errors import DefinitionError
 from py_reactor.observability.middleware import Middleware
 
 __all__ = ["Config", "configure", "get_config", "reset_config"]
@@ -22,20 +26,46 @@ class Config:
     Attributes:
         middleware: receives lifecycle events, in this order (after-hooks too: events are
             delivered in the order they happen).
+        redis_url: the Redis server holding coordination state; None uses the embedded server
+            (one per machine and user, see ``docs/coordination.md``).
+        embedded_dir: the embedded server's folder; None uses ``PY_REACTOR_EMBEDDED_DIR`` or
+            ``~/.cache/py_reactor/redis``.
+        rate_limits: named rate limits for ``with_rate_limit("name")``, each as
+            ``((window_seconds, limit), ...)``.
     """
 
     middleware: tuple[Middleware, ...] = ()
+    redis_url: str | None = None
+    embedded_dir: str | None = None
+    rate_limits: Mapping[str, tuple[tuple[int, int], ...]] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
 
 
 _lock = threading.Lock()
 _config = Config()
 
 
-def configure(*, middleware: Iterable[Middleware] | None = None) -> Config:
+def configure(
+    *,
+    middleware: Iterable[Middleware] | None = None,
+    redis_url: str | None = None,
+    embedded_dir: str | None = None,
+    rate_limits: Mapping[str, Mapping[str, int]] | None = None,
+) -> Config:
     """Change settings; options left out keep their value. Returns the new settings.
+
+    Args:
+        middleware: receives lifecycle events, in this order.
+        redis_url: ``redis://host:port/db`` (or ``rediss://``, ``unix://``) of the Redis server
+            that holds locks and limits for every process that must exclude each other.
+        embedded_dir: the folder of the embedded server used when no ``redis_url`` is set.
+        rate_limits: named limits, ``{"stripe": {"second": 3, "minute": 100}}``, for
+            ``with_rate_limit("stripe")``; merged into those already registered.
 
     Raises:
         TypeError: an option has the wrong type (the message names the option).
+        DefinitionError: a rate limit is malformed (the message names it).
     """
     global _config
     changes: dict[str, object] = {}
@@ -47,6 +77,32 @@ def configure(*, middleware: Iterable[Middleware] | None = None) -> Config:
                     f"configure(middleware=...) takes py_reactor.Middleware instances, got {item!r}"
                 )
         changes["middleware"] = items
+    if redis_url is not None:
+        if not isinstance(redis_url, str) or "://" not in redis_url:
+            raise TypeError(
+                f"configure(redis_url=...) takes a URL like 'redis://localhost:6379/0', "
+                f"got {redis_url!r}"
+            )
+        changes["redis_url"] = redis_url
+    if embedded_dir is not None:
+        if not isinstance(embedded_dir, str) or not embedded_dir:
+            raise TypeError(
+                f"configure(embedded_dir=...) takes a folder path, got {embedded_dir!r}"
+            )
+        changes["embedded_dir"] = embedded_dir
+    if rate_limits is not None:
+        if not isinstance(rate_limits, Mapping):
+            raise TypeError(
+                f"configure(rate_limits=...) takes {{name: {{window: limit}}}}, got {rate_limits!r}"
+            )
+        named: dict[str, Any] = dict(_config.rate_limits)
+        for name, limits in rate_limits.items():
+            if not isinstance(name, str) or not name:
+                raise DefinitionError(
+                    f"configure(rate_limits=...): a name must be a non-empty str, got {name!r}"
+                )
+            named[name] = check_limits(f"configure(rate_limits={{{name!r}: ...}})", limits)
+        changes["rate_limits"] = MappingProxyType(named)
     with _lock:
         _config = replace(_config, **changes)  # type: ignore[arg-type]
         return _config
@@ -62,3 +118,13 @@ def reset_config() -> None:
     global _config
     with _lock:
         _config = Config()
+    _forget_store()
+
+
+def _forget_store() -> None:
+    """Drop the cached store connection if the storage package was ever loaded."""
+    import sys
+
+    storage = sys.modules.get("py_reactor.storage")
+    if storage is not None:
+        storage.forget_store()

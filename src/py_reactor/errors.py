@@ -6,7 +6,14 @@ Every error the library raises or reports derives from :class:`ReactorError`::
     ├── DefinitionError          a reactor, step or decorator is declared wrongly (raised at import)
     ├── InputValidationError     inputs do not satisfy a reactor's or step's contract
     ├── ArgumentResolutionError  a step argument could not be taken from its source at run time
-    └── SerializationError       a context could not be written to / read from JSON
+    ├── SerializationError       a context could not be written to / read from JSON
+    └── CoordinationError        a lock, semaphore, rate limit, period or ordered lock said no
+        ├── LockAcquisitionError       the lock stayed held by another owner for ``wait`` seconds
+        ├── SemaphoreAcquisitionError  every slot stayed taken for ``wait`` seconds
+        ├── RateLimitExceededError     a window is full; ``retry_after`` says for how long
+        ├── OrderedLockWaitError       this position's turn did not come within ``wait``
+        ├── CoordinationKeyError       a key function raised or returned None / an empty key
+        └── StoreUnavailableError      the coordination store (Redis) could not be reached
 
 Errors carry where they happened as attributes (``reactor``, ``step``) so that handlers need not
 parse messages; ``str(error)`` is always a full sentence that says what to do.
@@ -19,10 +26,17 @@ from typing import Any
 
 __all__ = [
     "ArgumentResolutionError",
+    "CoordinationError",
+    "CoordinationKeyError",
     "DefinitionError",
     "InputValidationError",
+    "LockAcquisitionError",
+    "OrderedLockWaitError",
+    "RateLimitExceededError",
     "ReactorError",
+    "SemaphoreAcquisitionError",
     "SerializationError",
+    "StoreUnavailableError",
 ]
 
 
@@ -72,3 +86,61 @@ class ArgumentResolutionError(ReactorError):
 
 class SerializationError(ReactorError):
     """A context payload could not be encoded to or decoded from JSON."""
+
+
+class CoordinationError(ReactorError):
+    """A coordination primitive refused: contention, a bad key, or an unreachable store.
+
+    ``primitive`` is ``"lock"``, ``"semaphore"``, ``"rate_limit"``, ``"period"`` or
+    ``"ordered_lock"``; ``key`` is the user's key (without the library's namespace).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        primitive: str | None = None,
+        key: str | None = None,
+        reactor: str | None = None,
+        step: str | None = None,
+    ):
+        super().__init__(message, reactor=reactor, step=step)
+        self.primitive = primitive
+        self.key = key
+
+
+class LockAcquisitionError(CoordinationError):
+    """The lock stayed held by another owner for the whole ``wait``."""
+
+
+class SemaphoreAcquisitionError(CoordinationError):
+    """Every slot of the semaphore stayed taken for the whole ``wait``."""
+
+
+class RateLimitExceededError(CoordinationError):
+    """A rate-limit window is full; ``retry_after`` is the seconds until it admits again."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retry_after: float,
+        primitive: str | None = "rate_limit",
+        key: str | None = None,
+        reactor: str | None = None,
+        step: str | None = None,
+    ):
+        super().__init__(message, primitive=primitive, key=key, reactor=reactor, step=step)
+        self.retry_after = retry_after
+
+
+class OrderedLockWaitError(CoordinationError):
+    """An ordered-lock position's turn did not come within ``wait``."""
+
+
+class CoordinationKeyError(CoordinationError):
+    """A key function raised, or returned None or an empty key; nothing was taken."""
+
+
+class StoreUnavailableError(CoordinationError):
+    """The coordination store could not be reached; the protected work did not run."""

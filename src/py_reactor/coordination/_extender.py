@@ -1,0 +1,117 @@
+"""One background thread per process that keeps live holds from expiring.
+
+A hold registers itself with ``keep_alive(hold, every)`` and is dropped with ``forget(hold)``
+when released; the thread calls ``hold.extend()`` about every ``every`` seconds in between. One
+shared thread, not one per hold, so an uncontended acquire/release costs a dict insert and a
+dict delete, and a released hold costs the thread nothing. The thread wakes on a tick of half
+the shortest interval it serves (between ``MIN_TICK`` and ``MAX_TICK``), so a hold is extended
+at most ``every + tick`` (<= 1.5 ``every``) after the last time; with ``every = ttl / 3`` that is
+well inside its ttl.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from typing import Protocol
+
+__all__ = ["Extendable", "forget", "keep_alive"]
+
+logger = logging.getLogger("py_reactor")
+
+#: Shortest and longest sleep of the thread between looks at its holds (seconds).
+MIN_TICK = 0.005
+MAX_TICK = 1.0
+
+#: Consecutive failed extensions after which a hold is given up (each comes ``every`` apart).
+GIVE_UP_AFTER = 3
+
+
+class Extendable(Protocol):
+    """What the extender needs from a hold."""
+
+    released: bool
+
+    def extend(self) -> bool:
+        """Push the hold's expiry out again; False when the hold is no longer ours."""
+        ...
+
+
+class _Entry:
+    __slots__ = ("due", "every", "failures", "hold")
+
+    def __init__(self, hold: Extendable, every: float) -> None:
+        self.hold = hold
+        self.every = every
+        self.due = time.monotonic() + every
+        self.failures = 0
+
+
+class _Extender:
+    def __init__(self) -> None:
+        self._live: dict[int, _Entry] = {}
+        self._changed = threading.Condition()
+        self._tick = MAX_TICK
+        self._pid = -1
+
+    def add(self, hold: Extendable, every: float) -> None:
+        with self._changed:
+            if self._pid != os.getpid():  # first use, or a forked child: threads do not survive
+                self._live.clear()
+                self._pid = os.getpid()
+                threading.Thread(target=self._loop, name="py_reactor-extender", daemon=True).start()
+            self._live[id(hold)] = _Entry(hold, every)
+            tick = max(MIN_TICK, every / 2)
+            if tick < self._tick:
+                self._tick = tick
+                self._changed.notify()
+
+    def forget(self, hold: Extendable) -> None:
+        with self._changed:
+            self._live.pop(id(hold), None)
+
+    def _loop(self) -> None:
+        while True:
+            with self._changed:
+                self._changed.wait(self._tick)
+                now = time.monotonic()
+                due = [entry for entry in self._live.values() if entry.due <= now]
+                shortest = min((entry.every for entry in self._live.values()), default=MAX_TICK)
+                self._tick = min(MAX_TICK, max(MIN_TICK, shortest / 2))
+            for entry in due:
+                self._extend(entry)
+
+    def _extend(self, entry: _Entry) -> None:
+        hold = entry.hold
+        try:
+            alive = not hold.released and hold.extend()
+            entry.failures = 0
+        except Exception as exc:
+            entry.failures += 1
+            alive = entry.failures < GIVE_UP_AFTER
+            logger.warning(
+                "py_reactor: extending %r failed (%s: %s); %s",
+                hold,
+                type(exc).__name__,
+                exc,
+                "will try again" if alive else "giving up, the hold lapses by its ttl",
+            )
+        if alive:
+            entry.due = time.monotonic() + entry.every
+        else:
+            self.forget(hold)
+
+
+_extender = _Extender()
+
+
+def keep_alive(hold: Extendable, every: float) -> None:
+    """Extend ``hold`` about every ``every`` seconds until it is released or lost."""
+    _extender.add(hold, every)
+
+
+def forget(hold: Extendable) -> None:
+    """Stop extending ``hold`` (call on release)."""
+    _extender.forget(hold)

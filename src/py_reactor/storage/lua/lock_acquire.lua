@@ -1,0 +1,55 @@
+-- Take a re-entrant lock, or queue up to be handed it on release.
+-- KEYS[1] hold      hash {owner, count, token, waiting}; owner absent = free. Expires after the
+--                   holder's ttl; kept (without owner) after a release, so the token survives.
+-- KEYS[2] queue     zset of waiters, member "<waiter>|<owner>|<ttl_ms>", score = enqueue time (us)
+-- KEYS[3] deadlines hash member -> server ms after which the waiter has given up
+-- KEYS[4] wake      the waiter's list a release pushes the token to (only when waiting)
+-- ARGV[1] owner; ARGV[2] ttl_ms; ARGV[3] queue member; ARGV[4] wait_ms;
+-- ARGV[5] "1" when retrying after a sleep (only then can we be queued or handed the lock).
+-- A caller that will not wait passes only KEYS[1], ARGV[1] and ARGV[2] (the common, cheap call).
+-- Returns {1, count, token} when held (count > 1: re-entered), {0, holder pttl_ms, 0} when busy.
+-- The fencing token is max(server time in us, previous token + 1): strictly increasing per key
+-- without a counter that would have to live forever.
+local member = ARGV[3] or ''
+local retry = ARGV[5] == '1'
+if retry then
+  -- A release may have handed us the lock after our last sleep ended: that is our hold.
+  local handed = redis.call('LPOP', KEYS[4])
+  if handed then
+    return {1, 1, tonumber(handed)}
+  end
+end
+local h = redis.call('HMGET', KEYS[1], 'owner', 'token')
+if not h[1] then
+  if retry then
+    redis.call('ZREM', KEYS[2], member)
+    redis.call('HDEL', KEYS[3], member)
+  end
+  local t = redis.call('TIME')
+  local token = math.max(tonumber(t[1]) * 1000000 + tonumber(t[2]), tonumber(h[2] or '0') + 1)
+  redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'count', 1, 'token', token)
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return {1, 1, token}
+end
+if h[1] == ARGV[1] then
+  local count = redis.call('HINCRBY', KEYS[1], 'count', 1)
+  if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  end
+  return {1, count, tonumber(h[2])}
+end
+local pttl = redis.call('PTTL', KEYS[1])
+if member ~= '' then
+  local t = redis.call('TIME')
+  local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  if redis.call('ZADD', KEYS[2], 'NX', now_us, member) == 1 then
+    redis.call('HSET', KEYS[3], member, math.floor(now_us / 1000) + tonumber(ARGV[4]))
+    redis.call('HSET', KEYS[1], 'waiting', 1)  -- tells the release to look at the queue
+  end
+  local keep = tonumber(ARGV[4]) + tonumber(ARGV[2])
+  if redis.call('PTTL', KEYS[2]) < keep then
+    redis.call('PEXPIRE', KEYS[2], keep)
+    redis.call('PEXPIRE', KEYS[3], keep)
+  end
+end
+return {0, pttl, 0}

@@ -1,0 +1,58 @@
+-- Take one of `limit` slots under a lease, or queue up to be handed one on release.
+-- KEYS[1] holders   zset owner -> lease expiry (server ms); expired leases are swept here
+-- KEYS[2] counts    hash owner -> nesting count (an owner re-entering holds one slot)
+-- KEYS[3] queue     zset of waiters, member "<waiter>|<owner>|<lease_ms>", score = enqueue time
+-- KEYS[4] deadlines hash member -> server ms after which the waiter has given up
+-- KEYS[5] wake      the waiter's list a release pushes to when it hands over a slot (waiting only)
+-- ARGV[1] owner; ARGV[2] limit; ARGV[3] lease_ms; ARGV[4] queue member;
+-- ARGV[5] wait_ms; ARGV[6] "1" when retrying after a sleep (only then can we be queued or
+-- handed a slot)
+-- Returns {1, count, 0} when held, {0, ms until the soonest lease lapses, 0} when all are taken
+-- A caller that will not wait passes only KEYS[1..2] and ARGV[1..3].
+local member = ARGV[4] or ''
+local retry = ARGV[6] == '1'
+if retry and redis.call('LPOP', KEYS[5]) then
+  -- A release handed us a slot after our last sleep ended: that is our hold.
+  return {1, tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '1'), 0}
+end
+local t = redis.call('TIME')
+local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now = math.floor(now_us / 1000)
+local lease = tonumber(ARGV[3])
+local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)
+for _, gone in ipairs(expired) do
+  redis.call('ZREM', KEYS[1], gone)
+  redis.call('HDEL', KEYS[2], gone)
+end
+local function keep(key, ms)
+  if redis.call('PTTL', key) < ms then
+    redis.call('PEXPIRE', key, ms)
+  end
+end
+if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
+  local count = redis.call('HINCRBY', KEYS[2], ARGV[1], 1)
+  redis.call('ZADD', KEYS[1], now + lease, ARGV[1])
+  keep(KEYS[1], lease)
+  keep(KEYS[2], lease)
+  return {1, count, 0}
+end
+if redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[2]) then
+  if retry then
+    redis.call('ZREM', KEYS[3], member)
+    redis.call('HDEL', KEYS[4], member)
+  end
+  redis.call('ZADD', KEYS[1], now + lease, ARGV[1])
+  redis.call('HSET', KEYS[2], ARGV[1], 1)
+  keep(KEYS[1], lease)
+  keep(KEYS[2], lease)
+  return {1, 1, 0}
+end
+if member ~= '' then
+  if redis.call('ZADD', KEYS[3], 'NX', now_us, member) == 1 then
+    redis.call('HSET', KEYS[4], member, now + tonumber(ARGV[5]))
+  end
+  keep(KEYS[3], tonumber(ARGV[5]) + lease)
+  keep(KEYS[4], tonumber(ARGV[5]) + lease)
+end
+local soonest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+return {0, math.max(tonumber(soonest[2]) - now, 1), 0}

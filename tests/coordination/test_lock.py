@@ -1,0 +1,543 @@
+"""``Lock`` against a real Redis: exclusion, handoff, fencing, re-entrancy, expiry, processes."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import itertools
+import multiprocessing
+import os
+import signal
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytest
+import redis
+
+from py_reactor import configure
+from py_reactor.config import get_config
+from py_reactor.coordination import Lock, LockHold, LockState
+from py_reactor.coordination.owner import current_owner
+from py_reactor.coordination.store import Store
+from py_reactor.errors import DefinitionError, LockAcquisitionError
+from py_reactor.storage import current_store
+from py_reactor.storage.redis import RedisStore, lua_source
+from tests._redis import PrivateRedis
+
+SPAWN = multiprocessing.get_context("spawn")
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _until(condition: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+    """Block until ``condition()`` holds (state only visible in Redis), or fail naming ``what``."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.002)
+
+
+def _settings() -> dict[str, Any]:
+    """The current store settings, for a spawned child to configure itself the same way."""
+    config = get_config()
+    settings = {"redis_url": config.redis_url, "embedded_dir": config.embedded_dir}
+    return {name: value for name, value in settings.items() if value is not None}
+
+
+def _client() -> redis.Redis:
+    """The redis client of the configured store (children use it for overlap counters)."""
+    store = current_store()
+    assert isinstance(store, RedisStore)
+    return store.client
+
+
+def _in_thread(target: Callable[[], Any]) -> tuple[threading.Thread, dict[str, Any]]:
+    """Run ``target`` in a started thread; the dict receives its ``result`` or ``error``."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["result"] = target()
+        except BaseException as exc:
+            box["error"] = exc
+        box["at"] = time.monotonic()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, box
+
+
+def _join(threads: Sequence[threading.Thread], timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+        assert not thread.is_alive(), "a thread did not finish"
+
+
+def _overlap_child(settings: dict[str, Any], key: str, counters: str, cycles: int, go: Any) -> None:
+    """Child process: ``cycles`` times take the lock and record entries in Redis counters."""
+    configure(**settings)
+    client = _client()
+    if not go.wait(30):
+        raise RuntimeError("never told to start")
+    for _ in range(cycles):
+        with Lock(key, wait=30):
+            if client.incr(f"{counters}:inside") != 1:
+                client.incr(f"{counters}:overlaps")
+            total = int(client.get(f"{counters}:total") or 0)  # non-atomic on purpose
+            client.set(f"{counters}:total", total + 1)
+            client.decr(f"{counters}:inside")
+
+
+def _hold_until_killed(settings: dict[str, Any], key: str, ttl: float, ready: Any) -> None:
+    """Child process: take the lock (auto-extended), say so, then idle until killed."""
+    configure(**settings)
+    hold = Lock(key, ttl=ttl).acquire()
+    ready.set()
+    threading.Event().wait(60)
+    hold.release()
+
+
+class _WakeMissed:
+    """A real store whose first ``wait_signal`` returns as a BLPOP that just timed out would.
+
+    Before returning, it runs ``meanwhile`` (the holder's release), so the release lands in the
+    gap between the waiter's sleep timing out and its next acquire attempt: a window every
+    waiter opens each time its capped sleep (at most 2 s, or the holder's lease) runs out.
+    Everything else goes to the real Redis.
+    """
+
+    def __init__(self, inner: Store, meanwhile: Callable[[], None]) -> None:
+        self.inner = inner
+        self.description = inner.description
+        self.meanwhile = meanwhile
+        self.missed = False
+
+    def run_script(self, name: str, keys: Sequence[str], args: Sequence[str | int | float]) -> Any:
+        return self.inner.run_script(name, keys, args)
+
+    def wait_signal(self, key: str, timeout: float) -> str | None:
+        if not self.missed:
+            self.missed = True
+            self.meanwhile()
+            return None
+        return self.inner.wait_signal(key, timeout)
+
+
+def _client_commands(
+    url: str, store: Store, key: str, operation: Callable[[], None]
+) -> tuple[list[str], dict[str, int]]:
+    """The commands sent while ``operation`` ran by ``store``'s connection or naming ``key``
+    (read with MONITOR: commands run inside a script are not sent), and INFO commandstats."""
+    assert isinstance(store, RedisStore)
+    marker = uuid.uuid4().hex
+    store.client.client_setname(f"rt-{marker}")
+    with (
+        redis.Redis.from_url(url, decode_responses=True, socket_timeout=10) as admin,
+        redis.Redis.from_url(url, decode_responses=True, socket_timeout=10) as watcher,
+        watcher.monitor() as monitor,
+    ):
+        named = {entry["addr"] for entry in admin.client_list() if entry["name"] == f"rt-{marker}"}
+        admin.echo(f"start:{marker}")
+        admin.config_resetstat()
+        operation()
+        stats = admin.info("commandstats")
+        admin.echo(f"end:{marker}")
+        sent: list[str] = []
+        started = False
+        for entry in monitor.listen():
+            command = entry["command"]
+            origin = f"{entry['client_address']}:{entry['client_port']}"
+            if command == f"ECHO start:{marker}":
+                started = True
+            elif command == f"ECHO end:{marker}":
+                break
+            elif started and entry["client_type"] != "lua" and (origin in named or key in command):
+                sent.append(command)
+    calls = {name.removeprefix("cmdstat_"): int(value["calls"]) for name, value in stats.items()}
+    return sent, calls
+
+
+def _sha(script: str) -> str:
+    return hashlib.sha1(lua_source(script).encode()).hexdigest()
+
+
+# ----------------------------------------------------------------------------- basics
+
+
+def test_with_block_acquires_and_releases(store: Store, key: str) -> None:
+    """``with Lock(...) as hold`` holds the key inside the block and frees it on exit."""
+    lock = Lock(key, ttl=30, wait=5)
+    with lock as hold:
+        assert isinstance(hold, LockHold)
+        assert hold.key == key
+        assert hold.count == 1
+        assert hold.fencing_token >= 1
+        assert lock.state().owner == hold.owner
+    assert hold.released
+    assert lock.state().owner is None
+    with Lock(key, wait=0) as again:  # free for anyone now
+        assert again.owner != hold.owner
+
+
+def test_second_owner_is_refused_with_an_error_naming_the_key(store: Store, key: str) -> None:
+    """A different owner is refused with LockAcquisitionError carrying and naming the key."""
+    with Lock(key, ttl=30), pytest.raises(LockAcquisitionError) as caught:
+        Lock(key, wait=0).acquire()
+    error = caught.value
+    assert error.key == key
+    assert error.primitive == "lock"
+    assert key in str(error)
+
+
+def test_wait_zero_does_not_wait_but_a_wait_does(store: Store, key: str) -> None:
+    """wait=0 is refused at once; wait=0.3 is refused only after about 0.3 s."""
+    with Lock(key, ttl=30):
+        started = time.monotonic()
+        with pytest.raises(LockAcquisitionError):
+            Lock(key, wait=0).acquire()
+        assert time.monotonic() - started < 0.2
+        started = time.monotonic()
+        with pytest.raises(LockAcquisitionError, match="after waiting"):
+            Lock(key, wait=0.3).acquire()
+        assert 0.25 <= time.monotonic() - started < 2.0
+
+
+def test_waiter_is_handed_the_lock_promptly_with_a_larger_token(store: Store, key: str) -> None:
+    """A waiting owner gets the lock within a fraction of a second of the release."""
+    lock = Lock(key, ttl=60)
+    holder = lock.acquire()
+    thread, box = _in_thread(lambda: Lock(key, wait=5).acquire())
+    _until(lambda: lock.state().waiters == 1, "the waiter to queue")
+    released_at = time.monotonic()
+    holder.release()
+    _join([thread])
+    assert "error" not in box, box.get("error")
+    waiter: LockHold = box["result"]
+    try:
+        assert box["at"] - released_at < 0.5  # handed off, not found by polling
+        assert waiter.fencing_token > holder.fencing_token
+        assert lock.state().owner == waiter.owner
+    finally:
+        waiter.release()
+
+
+def test_fencing_tokens_strictly_increase(store: Store, key: str) -> None:
+    """Fifty sequential holds of one key get strictly increasing fencing tokens."""
+    tokens = []
+    for _ in range(50):
+        with Lock(key) as hold:
+            tokens.append(hold.fencing_token)
+    assert all(a < b for a, b in itertools.pairwise(tokens))
+
+
+# ----------------------------------------------------------------------------- owners
+
+
+def test_same_owner_reenters_and_frees_at_the_outermost_release(store: Store, key: str) -> None:
+    """The same owner re-enters (count 2, same token); the key frees at the outermost release."""
+    lock = Lock(key, ttl=30, owner="owner-a")
+    with lock as outer:
+        with lock as inner:
+            assert inner.count == 2
+            assert inner.fencing_token == outer.fencing_token
+            assert lock.state().count == 2
+            with pytest.raises(LockAcquisitionError):
+                Lock(key, owner="owner-b").acquire()
+        state = lock.state()
+        assert (state.owner, state.count) == ("owner-a", 1)
+        with pytest.raises(LockAcquisitionError):
+            Lock(key, owner="owner-b").acquire()
+    assert lock.state().owner is None
+    Lock(key, owner="owner-b").acquire().release()
+
+
+def test_separate_blocks_outside_an_execution_exclude_each_other(store: Store, key: str) -> None:
+    """Outside any execution each acquisition is its own owner, even nested in one thread."""
+    lock = Lock(key, wait=0)
+    entered = []
+    with Lock(key), pytest.raises(LockAcquisitionError), Lock(key, wait=0):
+        entered.append("separate objects")
+    with lock, pytest.raises(LockAcquisitionError), lock:
+        entered.append("one object")
+    assert entered == []
+    assert lock.state().owner is None
+
+
+def test_locks_inside_an_execution_are_reentrant(store: Store, key: str) -> None:
+    """With ``current_owner`` set, nested Locks on one key re-enter as that owner."""
+    token = current_owner.set("execution-1")
+    try:
+        with Lock(key, wait=0) as outer, Lock(key, wait=0) as inner:
+            assert outer.owner == inner.owner == "execution-1"
+            assert inner.count == 2
+            with pytest.raises(LockAcquisitionError):
+                Lock(key, owner="execution-2").acquire()
+    finally:
+        current_owner.reset(token)
+    assert Lock(key).state().owner is None
+
+
+# ----------------------------------------------------------------------------- expiry
+
+
+def test_a_hold_without_auto_extend_expires_after_its_ttl(store: Store, key: str) -> None:
+    """A ttl=0.5 hold that is not extended frees on its own after about 0.5 s, not before."""
+    lock = Lock(key, ttl=0.5, auto_extend=False)
+    first = lock.acquire()
+    taken_at = time.monotonic()
+    ttl = lock.state().ttl
+    assert ttl is not None
+    assert 0 < ttl <= 0.5
+    with pytest.raises(LockAcquisitionError):
+        Lock(key, wait=0).acquire()
+    second = Lock(key, wait=5).acquire()
+    try:
+        assert 0.35 <= time.monotonic() - taken_at < 3.0
+        assert second.fencing_token > first.fencing_token
+        first.release()  # the stale hold must not free the new owner's lock
+        assert first.lost
+        assert lock.state().owner == second.owner
+    finally:
+        second.release()
+
+
+def test_auto_extend_keeps_a_short_ttl_lock_held(store: Store, key: str) -> None:
+    """A ttl=0.6 hold with auto-extend stays held through 2 s of work."""
+    lock = Lock(key, ttl=0.6)
+    with lock as hold:
+        with pytest.raises(LockAcquisitionError):  # someone trying for the whole 2 s
+            Lock(key, wait=2.0).acquire()
+        state = lock.state()
+        assert state.owner == hold.owner
+        assert state.fencing_token == hold.fencing_token
+        assert not hold.lost
+
+
+def test_a_waiter_that_gives_up_leaves_the_queue(store: Store, key: str) -> None:
+    """A waiter whose wait ran out is dequeued and is not handed the lock later."""
+    lock = Lock(key, ttl=30)
+    holder = lock.acquire()
+    started = time.monotonic()
+    with pytest.raises(LockAcquisitionError):
+        Lock(key, wait=0.4).acquire()
+    assert time.monotonic() - started >= 0.35
+    assert lock.state().waiters == 0
+    holder.release()
+    state = lock.state()
+    assert state.owner is None
+    assert state.count == 0
+    Lock(key, wait=0).acquire().release()
+
+
+def test_release_is_idempotent(store: Store, key: str) -> None:
+    """Releasing a hold twice is harmless and never frees the next owner's hold."""
+    first = Lock(key).acquire()
+    first.release()
+    second = Lock(key).acquire()
+    try:
+        first.release()
+        assert not first.lost
+        assert Lock(key).state().owner == second.owner
+        with pytest.raises(LockAcquisitionError):
+            Lock(key).acquire()
+    finally:
+        second.release()
+        second.release()
+    assert Lock(key).state().owner is None
+
+
+def test_state_reports_owner_count_token_ttl_and_waiters(store: Store, key: str) -> None:
+    """``state()`` reflects the holder, nesting, token, remaining ttl and queue length."""
+    lock = Lock(key, ttl=30, owner="holder")
+    assert lock.state() == LockState(owner=None, count=0, fencing_token=0, ttl=None, waiters=0)
+    with lock as outer, lock:
+        state = lock.state()
+        assert (state.owner, state.count, state.waiters) == ("holder", 2, 0)
+        assert state.fencing_token == outer.fencing_token
+        assert state.ttl is not None
+        assert 25 < state.ttl <= 30
+        thread, box = _in_thread(lambda: Lock(key, wait=5, owner="waiter").acquire())
+        _until(lambda: lock.state().waiters == 1, "the waiter to queue")
+    _join([thread])
+    waiter: LockHold = box["result"]
+    state = lock.state()
+    assert (state.owner, state.count, state.waiters) == ("waiter", 1, 0)
+    assert state.fencing_token == waiter.fencing_token > outer.fencing_token
+    waiter.release()
+    state = lock.state()
+    assert (state.owner, state.count, state.ttl) == (None, 0, None)
+
+
+def test_waiters_are_served_in_arrival_order(store: Store, key: str) -> None:
+    """Five waiters queued one after another get the lock in exactly that order."""
+    lock = Lock(key, ttl=30)
+    holder = lock.acquire()
+    order: list[int] = []
+    guard = threading.Lock()
+
+    def waiter(number: int) -> None:
+        with Lock(key, wait=15), guard:
+            order.append(number)
+
+    threads = []
+    for number in range(5):
+        thread = threading.Thread(target=waiter, args=(number,), daemon=True)
+        thread.start()
+        threads.append(thread)
+        queued = number + 1
+        _until(lambda: lock.state().waiters == queued, f"waiter {number} to queue")
+    holder.release()
+    _join(threads)
+    assert order == [0, 1, 2, 3, 4]
+
+
+def test_a_release_during_a_waiters_timed_out_sleep_still_hands_it_one_hold(
+    store: Store, key: str
+) -> None:
+    """A waiter handed the lock between its sleep timing out and its retry holds it once."""
+    # The retry must not count as re-entering the hold it was just handed: count 1, and a
+    # single release frees the key (else the key stays held, un-extended, until its ttl).
+    holder = Lock(key, ttl=30).acquire()
+    waiting = Lock(key, ttl=30, wait=5, store=_WakeMissed(store, holder.release))
+    hold = waiting.acquire()
+    hold.release()
+    state = Lock(key).state()
+    assert hold.fencing_token > holder.fencing_token
+    assert hold.count == 1, "the retry re-entered the hold it had just been handed"
+    assert state.owner is None, f"the key is still held after its only release: {state}"
+
+
+# ----------------------------------------------------------------------------- options
+
+
+@pytest.mark.parametrize(
+    ("options", "option"),
+    [
+        ({"ttl": 0}, "ttl"),
+        ({"ttl": -1}, "ttl"),
+        ({"wait": -1}, "wait"),
+        ({"auto_extend": "yes"}, "auto_extend"),
+        ({"key": ""}, "key"),
+        ({"key": None}, "key"),
+    ],
+)
+def test_bad_options_are_refused_naming_the_option(options: dict[str, Any], option: str) -> None:
+    """An invalid option raises DefinitionError when the Lock is made, naming the option."""
+    arguments: dict[str, Any] = {"key": "invoice:1", **options}
+    with pytest.raises(DefinitionError, match=rf"\b{option}\b"):
+        Lock(**arguments)
+
+
+def test_uncontended_acquire_and_release_are_two_round_trips(
+    server_store: Store, private_redis: PrivateRedis, key: str
+) -> None:
+    """One uncontended acquire plus release sends exactly two EVALSHA and nothing else."""
+    lock = Lock(key, ttl=60, auto_extend=True)
+    with lock:  # warm up: scripts loaded on the server, a pooled connection open
+        pass
+
+    def acquire_and_release() -> None:
+        with lock:
+            pass
+
+    sent, calls = _client_commands(private_redis.url, server_store, key, acquire_and_release)
+    assert [command.split()[:2] for command in sent] == [
+        ["EVALSHA", _sha("lock_acquire")],
+        ["EVALSHA", _sha("lock_release")],
+    ], sent
+    assert calls.get("evalsha", 0) >= 2  # server-wide: other clients may add to it
+    assert "eval" not in calls  # no fallback to sending the script text
+    assert "script" not in calls
+
+
+# ----------------------------------------------------------------------------- concurrency
+
+
+def test_threads_on_one_key_never_overlap(store: Store, raw: redis.Redis, key: str) -> None:
+    """Eight threads x 100 acquisitions of one key are never inside together."""
+    counters = f"{key}:counters"
+
+    def worker() -> None:
+        for _ in range(100):
+            with Lock(key, wait=30):
+                if raw.incr(f"{counters}:inside") != 1:
+                    raw.incr(f"{counters}:overlaps")
+                total = int(raw.get(f"{counters}:total") or 0)  # non-atomic on purpose
+                raw.set(f"{counters}:total", total + 1)
+                raw.decr(f"{counters}:inside")
+
+    boxes = [_in_thread(worker) for _ in range(8)]
+    _join([thread for thread, _ in boxes])
+    assert [box.get("error") for _, box in boxes] == [None] * 8
+    assert int(raw.get(f"{counters}:overlaps") or 0) == 0
+    assert int(raw.get(f"{counters}:total") or 0) == 800
+
+
+def test_different_keys_are_held_at_the_same_time(store: Store, key: str) -> None:
+    """Two threads holding two different keys are inside at the same moment."""
+    both_inside = threading.Barrier(2, timeout=5)
+
+    def worker(name: str) -> None:
+        with Lock(name, wait=0):
+            both_inside.wait()
+
+    boxes = [_in_thread(functools.partial(worker, f"{key}:{i}")) for i in range(2)]
+    _join([thread for thread, _ in boxes])
+    assert [box.get("error") for _, box in boxes] == [None, None]
+
+
+def test_processes_on_one_key_never_overlap(store: Store, raw: redis.Redis, key: str) -> None:
+    """Four OS processes x 25 acquisitions of one key are never inside together."""
+    counters = f"{key}:counters"
+    go = SPAWN.Event()
+    children = [
+        SPAWN.Process(target=_overlap_child, args=(_settings(), key, counters, 25, go))
+        for _ in range(4)
+    ]
+    for child in children:
+        child.start()
+    try:
+        go.set()
+        for child in children:
+            child.join(60)
+        assert [child.exitcode for child in children] == [0] * 4
+    finally:
+        for child in children:
+            if child.is_alive():
+                child.kill()
+                child.join()
+    assert int(raw.get(f"{counters}:overlaps") or 0) == 0
+    assert int(raw.get(f"{counters}:total") or 0) == 100
+
+
+def test_a_killed_holder_frees_the_key_after_its_ttl(store: Store, key: str) -> None:
+    """A holder killed with SIGKILL loses the lock about one ttl later, with no operator action."""
+    ready = SPAWN.Event()
+    child = SPAWN.Process(target=_hold_until_killed, args=(_settings(), key, 1.0, ready))
+    child.start()
+    try:
+        assert ready.wait(30), "the child never took the lock"
+        lock = Lock(key)
+        holder = lock.state().owner
+        assert holder is not None
+        with pytest.raises(LockAcquisitionError):  # auto-extended past its ttl while alive
+            Lock(key, wait=1.2).acquire()
+        assert child.pid is not None
+        os.kill(child.pid, signal.SIGKILL)
+        child.join(10)
+        killed_at = time.monotonic()
+        assert lock.state().owner == holder  # the kill itself frees nothing
+        with Lock(key, wait=5) as hold:
+            elapsed = time.monotonic() - killed_at
+            assert hold.owner != holder
+        assert 0.4 <= elapsed <= 4.0
+    finally:
+        if child.is_alive():
+            child.kill()
+        child.join()

@@ -1,0 +1,376 @@
+"""``Semaphore`` against a real Redis: limits, re-entrancy, handoff, leases, processes."""
+
+from __future__ import annotations
+
+import hashlib
+import multiprocessing
+import os
+import signal
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytest
+import redis
+
+from py_reactor import configure
+from py_reactor.config import get_config
+from py_reactor.coordination import Semaphore, SemaphoreHold, SemaphoreState
+from py_reactor.coordination.store import Store
+from py_reactor.errors import DefinitionError, SemaphoreAcquisitionError
+from py_reactor.storage.redis import RedisStore, lua_source
+from tests._redis import PrivateRedis
+
+SPAWN = multiprocessing.get_context("spawn")
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _until(condition: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+    """Block until ``condition()`` holds (state only visible in Redis), or fail naming ``what``."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.002)
+
+
+def _settings() -> dict[str, Any]:
+    """The current store settings, for a spawned child to configure itself the same way."""
+    config = get_config()
+    settings = {"redis_url": config.redis_url, "embedded_dir": config.embedded_dir}
+    return {name: value for name, value in settings.items() if value is not None}
+
+
+def _in_thread(target: Callable[[], Any]) -> tuple[threading.Thread, dict[str, Any]]:
+    """Run ``target`` in a started thread; the dict receives its ``result`` or ``error``."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["result"] = target()
+        except BaseException as exc:
+            box["error"] = exc
+        box["at"] = time.monotonic()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, box
+
+
+def _join(threads: Sequence[threading.Thread], timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+        assert not thread.is_alive(), "a thread did not finish"
+
+
+def _hold_slot_until_killed(settings: dict[str, Any], key: str, lease: float, ready: Any) -> None:
+    """Child process: take a slot (lease renewed while alive), say so, then idle until killed."""
+    configure(**settings)
+    hold = Semaphore(key, limit=1, lease=lease).acquire()
+    ready.set()
+    threading.Event().wait(60)
+    hold.release()
+
+
+class _WakeMissed:
+    """A real store whose first ``wait_signal`` returns as a BLPOP that just timed out would.
+
+    Before returning, it runs ``meanwhile`` (the holder's release), so the release lands in the
+    gap between the waiter's sleep timing out and its next acquire attempt. Everything else
+    goes to the real Redis.
+    """
+
+    def __init__(self, inner: Store, meanwhile: Callable[[], None]) -> None:
+        self.inner = inner
+        self.description = inner.description
+        self.meanwhile = meanwhile
+        self.missed = False
+
+    def run_script(self, name: str, keys: Sequence[str], args: Sequence[str | int | float]) -> Any:
+        return self.inner.run_script(name, keys, args)
+
+    def wait_signal(self, key: str, timeout: float) -> str | None:
+        if not self.missed:
+            self.missed = True
+            self.meanwhile()
+            return None
+        return self.inner.wait_signal(key, timeout)
+
+
+def _client_commands(
+    url: str, store: Store, key: str, operation: Callable[[], None]
+) -> tuple[list[str], dict[str, int]]:
+    """The commands sent while ``operation`` ran by ``store``'s connection or naming ``key``
+    (read with MONITOR: commands run inside a script are not sent), and INFO commandstats."""
+    assert isinstance(store, RedisStore)
+    marker = uuid.uuid4().hex
+    store.client.client_setname(f"rt-{marker}")
+    with (
+        redis.Redis.from_url(url, decode_responses=True, socket_timeout=10) as admin,
+        redis.Redis.from_url(url, decode_responses=True, socket_timeout=10) as watcher,
+        watcher.monitor() as monitor,
+    ):
+        named = {entry["addr"] for entry in admin.client_list() if entry["name"] == f"rt-{marker}"}
+        admin.echo(f"start:{marker}")
+        admin.config_resetstat()
+        operation()
+        stats = admin.info("commandstats")
+        admin.echo(f"end:{marker}")
+        sent: list[str] = []
+        started = False
+        for entry in monitor.listen():
+            command = entry["command"]
+            origin = f"{entry['client_address']}:{entry['client_port']}"
+            if command == f"ECHO start:{marker}":
+                started = True
+            elif command == f"ECHO end:{marker}":
+                break
+            elif started and entry["client_type"] != "lua" and (origin in named or key in command):
+                sent.append(command)
+    calls = {name.removeprefix("cmdstat_"): int(value["calls"]) for name, value in stats.items()}
+    return sent, calls
+
+
+def _sha(script: str) -> str:
+    return hashlib.sha1(lua_source(script).encode()).hexdigest()
+
+
+# ----------------------------------------------------------------------------- limits
+
+
+def test_limit_admits_that_many_owners_and_refuses_one_more(store: Store, key: str) -> None:
+    """limit=3 admits three distinct owners; the fourth is refused with an error naming the key."""
+    semaphore = Semaphore(key, limit=3)
+    holds = [semaphore.acquire() for _ in range(3)]
+    try:
+        assert len({hold.owner for hold in holds}) == 3
+        assert [hold.count for hold in holds] == [1, 1, 1]
+        assert semaphore.state() == SemaphoreState(held=3, waiters=0)
+        with pytest.raises(SemaphoreAcquisitionError) as caught:
+            Semaphore(key, limit=3).acquire()
+        assert caught.value.key == key
+        assert caught.value.primitive == "semaphore"
+        assert key in str(caught.value)
+        holds.pop().release()
+        holds.append(Semaphore(key, limit=3).acquire())  # a freed slot is usable again
+    finally:
+        for hold in holds:
+            hold.release()
+    assert semaphore.state() == SemaphoreState(held=0, waiters=0)
+
+
+def test_contenders_never_exceed_the_limit(store: Store, raw: redis.Redis, key: str) -> None:
+    """Nine threads competing for three slots never have more than three inside, and all finish."""
+    limit, counters = 3, f"{key}:counters"
+    most = [0]
+    guard = threading.Lock()
+
+    def worker() -> None:
+        for _ in range(15):
+            with Semaphore(key, limit=limit, wait=30):
+                inside = raw.incr(f"{counters}:inside")
+                with guard:
+                    most[0] = max(most[0], inside)
+                if inside > limit:
+                    raw.incr(f"{counters}:overflows")
+                time.sleep(0.002)  # the work: long enough for holders to coincide
+                raw.decr(f"{counters}:inside")
+                raw.incr(f"{counters}:done")
+
+    boxes = [_in_thread(worker) for _ in range(3 * limit)]
+    _join([thread for thread, _ in boxes])
+    assert [box.get("error") for _, box in boxes] == [None] * (3 * limit)
+    assert int(raw.get(f"{counters}:overflows") or 0) == 0
+    assert int(raw.get(f"{counters}:done") or 0) == 9 * 15
+    assert 2 <= most[0] <= limit  # a semaphore, not a lock
+    assert Semaphore(key, limit=limit).state() == SemaphoreState(held=0, waiters=0)
+
+
+def test_same_owner_reenters_its_own_slot(store: Store, key: str) -> None:
+    """One owner acquiring twice holds one slot with count 2, freed at the outermost release."""
+    semaphore = Semaphore(key, limit=1, owner="owner-a")
+    with semaphore as outer:
+        with semaphore as inner:
+            assert (outer.count, inner.count) == (1, 2)
+            assert semaphore.state().held == 1
+            with pytest.raises(SemaphoreAcquisitionError):
+                Semaphore(key, limit=1, owner="owner-b").acquire()
+        with pytest.raises(SemaphoreAcquisitionError):
+            Semaphore(key, limit=1, owner="owner-b").acquire()
+    assert semaphore.state().held == 0
+    Semaphore(key, limit=1, owner="owner-b").acquire().release()
+
+
+def test_a_waiter_is_handed_a_freed_slot_promptly(store: Store, key: str) -> None:
+    """A waiter gets the slot within a fraction of a second of a release."""
+    semaphore = Semaphore(key, limit=1)
+    holder = semaphore.acquire()
+    thread, box = _in_thread(lambda: Semaphore(key, limit=1, wait=5).acquire())
+    _until(lambda: semaphore.state().waiters == 1, "the waiter to queue")
+    released_at = time.monotonic()
+    holder.release()
+    _join([thread])
+    assert "error" not in box, box.get("error")
+    waiter: SemaphoreHold = box["result"]
+    try:
+        assert box["at"] - released_at < 0.5  # handed off, not found by polling
+        assert semaphore.state() == SemaphoreState(held=1, waiters=0)
+        with pytest.raises(SemaphoreAcquisitionError):
+            Semaphore(key, limit=1).acquire()
+    finally:
+        waiter.release()
+    assert semaphore.state().held == 0
+
+
+def test_a_waiter_that_gives_up_leaves_the_queue(store: Store, key: str) -> None:
+    """A waiter whose wait ran out is dequeued and not handed a slot later."""
+    semaphore = Semaphore(key, limit=1)
+    holder = semaphore.acquire()
+    started = time.monotonic()
+    with pytest.raises(SemaphoreAcquisitionError, match="after waiting"):
+        Semaphore(key, limit=1, wait=0.3).acquire()
+    assert time.monotonic() - started >= 0.25
+    assert semaphore.state() == SemaphoreState(held=1, waiters=0)
+    holder.release()
+    assert semaphore.state() == SemaphoreState(held=0, waiters=0)
+
+
+def test_waiters_are_served_in_arrival_order(store: Store, key: str) -> None:
+    """Four waiters queued one after another for a single slot get it in that order."""
+    semaphore = Semaphore(key, limit=1)
+    holder = semaphore.acquire()
+    order: list[int] = []
+    guard = threading.Lock()
+
+    def waiter(number: int) -> None:
+        with Semaphore(key, limit=1, wait=15), guard:
+            order.append(number)
+
+    threads = []
+    for number in range(4):
+        thread = threading.Thread(target=waiter, args=(number,), daemon=True)
+        thread.start()
+        threads.append(thread)
+        queued = number + 1
+        _until(lambda: semaphore.state().waiters == queued, f"waiter {number} to queue")
+    holder.release()
+    _join(threads)
+    assert order == [0, 1, 2, 3]
+
+
+def test_state_counts_holders_and_waiters(store: Store, key: str) -> None:
+    """``state()`` reports live holders and queued waiters."""
+    semaphore = Semaphore(key, limit=2)
+    assert semaphore.state() == SemaphoreState(held=0, waiters=0)
+    first, second = semaphore.acquire(), semaphore.acquire()
+    thread, box = _in_thread(lambda: Semaphore(key, limit=2, wait=5).acquire())
+    _until(lambda: semaphore.state().waiters == 1, "the waiter to queue")
+    assert semaphore.state() == SemaphoreState(held=2, waiters=1)
+    first.release()
+    _join([thread])
+    assert semaphore.state() == SemaphoreState(held=2, waiters=0)
+    second.release()
+    box["result"].release()
+    assert semaphore.state() == SemaphoreState(held=0, waiters=0)
+
+
+def test_release_is_idempotent(store: Store, key: str) -> None:
+    """Releasing a slot twice frees one slot, not two."""
+    semaphore = Semaphore(key, limit=2)
+    first, other = semaphore.acquire(), semaphore.acquire()
+    first.release()
+    first.release()
+    assert semaphore.state().held == 1
+    other.release()
+    assert semaphore.state().held == 0
+
+
+def test_a_release_during_a_waiters_timed_out_sleep_still_hands_it_one_slot(
+    store: Store, key: str
+) -> None:
+    """A waiter handed a slot between its sleep timing out and its retry holds it once."""
+    # The retry must not count as re-entering the slot it was just handed: count 1, and a
+    # single release frees the slot (else it stays taken, un-renewed, until its lease lapses).
+    holder = Semaphore(key, limit=1).acquire()
+    waiting = Semaphore(key, limit=1, wait=5, store=_WakeMissed(store, holder.release))
+    hold = waiting.acquire()
+    hold.release()
+    state = Semaphore(key, limit=1).state()
+    assert hold.count == 1, "the retry re-entered the slot it had just been handed"
+    assert state.held == 0, f"the slot is still taken after its only release: {state}"
+
+
+# ----------------------------------------------------------------------------- leases
+
+
+def test_a_killed_holder_gives_its_slot_back_after_its_lease(store: Store, key: str) -> None:
+    """A holder killed with SIGKILL stops renewing and its slot frees about one lease later."""
+    ready = SPAWN.Event()
+    child = SPAWN.Process(target=_hold_slot_until_killed, args=(_settings(), key, 0.5, ready))
+    child.start()
+    try:
+        assert ready.wait(30), "the child never took the slot"
+        semaphore = Semaphore(key, limit=1)
+        with pytest.raises(SemaphoreAcquisitionError):  # renewed past its lease while alive
+            Semaphore(key, limit=1, wait=0.8).acquire()
+        assert child.pid is not None
+        os.kill(child.pid, signal.SIGKILL)
+        child.join(10)
+        killed_at = time.monotonic()
+        assert semaphore.state().held == 1  # the kill itself frees nothing
+        with Semaphore(key, limit=1, wait=5):
+            elapsed = time.monotonic() - killed_at
+            assert semaphore.state().held == 1
+        assert 0.15 <= elapsed <= 4.0
+    finally:
+        if child.is_alive():
+            child.kill()
+        child.join()
+
+
+# ----------------------------------------------------------------------------- options
+
+
+@pytest.mark.parametrize(
+    ("options", "option"),
+    [
+        ({"limit": 0}, "limit"),
+        ({"limit": 1.5}, "limit"),
+        ({"limit": True}, "limit"),
+        ({"lease": 0}, "lease"),
+        ({"wait": -1}, "wait"),
+        ({"key": ""}, "key"),
+    ],
+)
+def test_bad_options_are_refused_naming_the_option(options: dict[str, Any], option: str) -> None:
+    """An invalid option raises DefinitionError when the Semaphore is made, naming the option."""
+    arguments: dict[str, Any] = {"key": "mailer", "limit": 2, **options}
+    with pytest.raises(DefinitionError, match=rf"\b{option}\b"):
+        Semaphore(**arguments)
+
+
+def test_acquire_and_release_are_two_round_trips(
+    server_store: Store, private_redis: PrivateRedis, key: str
+) -> None:
+    """One uncontended acquire plus release sends exactly two EVALSHA and nothing else."""
+    semaphore = Semaphore(key, limit=2)
+    with semaphore:  # warm up: scripts loaded on the server, a pooled connection open
+        pass
+
+    def acquire_and_release() -> None:
+        with semaphore:
+            pass
+
+    sent, calls = _client_commands(private_redis.url, server_store, key, acquire_and_release)
+    assert [command.split()[:2] for command in sent] == [
+        ["EVALSHA", _sha("semaphore_acquire")],
+        ["EVALSHA", _sha("semaphore_release")],
+    ], sent
+    assert calls.get("evalsha", 0) >= 2  # server-wide: other clients may add to it
+    assert "eval" not in calls  # no fallback to sending the script text
+    assert "script" not in calls

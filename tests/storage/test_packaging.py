@@ -1,0 +1,128 @@
+"""The Lua scripts ship inside the package, each documented, each loadable by the name used."""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+import sys
+import zipfile
+from importlib import resources
+from pathlib import Path
+
+import pytest
+
+from py_reactor.storage.redis import lua_source
+
+ROOT = Path(__file__).resolve().parents[2]
+LUA = ROOT / "src" / "py_reactor" / "storage" / "lua"
+SCRIPTS = sorted(path.stem for path in LUA.glob("*.lua"))
+
+#: Calls that name a script, and which positional argument holds the name.
+NAMING_CALLS = {"run_script": 0, "take_or_wait": 1}
+
+
+def _header(text: str) -> tuple[str, str]:
+    """A script's leading ``--`` comment block, and the rest."""
+    lines = text.splitlines()
+    count = 0
+    while count < len(lines) and lines[count].startswith("--"):
+        count += 1
+    return "\n".join(lines[:count]), "\n".join(lines[count:])
+
+
+def _script_names_in_source() -> set[str]:
+    """Every script name the package's code passes to ``run_script`` / ``take_or_wait``."""
+    names: set[str] = set()
+    for path in (ROOT / "src" / "py_reactor").rglob("*.py"):
+        tree = ast.parse(path.read_text("utf-8"))
+        constants = {
+            target.id: node.value.value
+            for node in tree.body
+            if isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Constant)
+            and isinstance(node.value.value, str)
+            for target in node.targets
+            if isinstance(target, ast.Name)
+        }
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            for keyword in node.keywords:  # Hold(..., scripts=("lock_release", "lock_extend"))
+                if keyword.arg == "scripts" and isinstance(keyword.value, ast.Tuple):
+                    names.update(
+                        element.value
+                        for element in keyword.value.elts
+                        if isinstance(element, ast.Constant) and isinstance(element.value, str)
+                    )
+            func = node.func
+            called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+            position = NAMING_CALLS.get(str(called))
+            if position is None or len(node.args) <= position:
+                continue
+            argument = node.args[position]
+            if isinstance(argument, ast.Constant) and isinstance(argument.value, str):
+                names.add(argument.value)
+            elif isinstance(argument, ast.Name) and argument.id in constants:
+                names.add(constants[argument.id])
+    return names
+
+
+def test_the_source_tree_has_scripts() -> None:
+    """The Lua folder holds the lock and semaphore scripts (so the checks below see files)."""
+    for name in ("lock_acquire", "lock_release", "semaphore_acquire", "wait_cancel"):
+        assert name in SCRIPTS
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_every_script_opens_with_a_header_documenting_keys_args_and_reply(name: str) -> None:
+    """Each script starts with a ``--`` header naming its KEYS, the ARGV it reads, and its reply."""
+    header, body = _header((LUA / f"{name}.lua").read_text("utf-8"))
+    assert header, f"{name}.lua does not open with a -- comment"
+    assert "KEYS" in header, f"{name}.lua's header does not describe its KEYS"
+    assert re.search(r"\b(Returns|Reply)\b", header), f"{name}.lua's header has no reply"
+    used = set(re.findall(r"\b(?:KEYS|ARGV)\[\w+\]", body))
+    documented = set(re.findall(r"\b(?:KEYS|ARGV)\[\w+\]", header))
+    assert used <= documented, f"{name}.lua uses {sorted(used - documented)} undocumented"
+
+
+def test_every_script_name_used_in_the_source_loads() -> None:
+    """Every script the code runs by name is found through importlib.resources."""
+    names = _script_names_in_source()
+    assert {"lock_acquire", "lock_release", "semaphore_acquire", "wait_cancel"} <= names
+    for name in sorted(names):
+        assert lua_source(name).lstrip().startswith("--"), name
+
+
+def test_every_packaged_script_is_used_by_the_source() -> None:
+    """No script in the Lua folder is dead: the code runs each of them by name."""
+    assert set(SCRIPTS) <= _script_names_in_source()
+
+
+def test_the_installed_package_exposes_every_script() -> None:
+    """``importlib.resources`` sees the same scripts as the source tree, with the same text."""
+    folder = resources.files("py_reactor.storage") / "lua"
+    found = sorted(entry.name.removesuffix(".lua") for entry in folder.iterdir())
+    assert [name for name in found if not name.startswith("_")] == SCRIPTS
+    for name in SCRIPTS:
+        assert lua_source(name) == (LUA / f"{name}.lua").read_text("utf-8")
+
+
+def test_the_wheel_contains_every_script(tmp_path: Path) -> None:
+    """A wheel built from the project ships every Lua script, byte for byte."""
+    command = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet"]
+    build = subprocess.run(
+        [*command, "-w", str(tmp_path), str(ROOT)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert build.returncode == 0, build.stdout + build.stderr
+    [wheel] = tmp_path.glob("py_reactor-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        members = set(archive.namelist())
+        for name in SCRIPTS:
+            member = f"py_reactor/storage/lua/{name}.lua"
+            assert member in members, f"{member} is missing from {wheel.name}"
+            assert archive.read(member) == (LUA / f"{name}.lua").read_bytes()
