@@ -5,6 +5,7 @@ completed ones are rolled back by compensation. This module re-exports the publi
 """
 
 from py_reactor.config import configure, get_config
+from py_reactor.coordination import Lock, OrderedLock, Period, RateLimit, Semaphore
 from py_reactor.dsl import (
     Failure,
     Halt,
@@ -19,6 +20,11 @@ from py_reactor.dsl import (
     compose,
     retries,
     step,
+    with_lock,
+    with_ordered_lock,
+    with_period,
+    with_rate_limit,
+    with_semaphore,
 )
 from py_reactor.engine import (
     Context,
@@ -40,11 +46,16 @@ __all__ = [
     "Halt",
     "HaltedResult",
     "Input",
+    "Lock",
     "Middleware",
+    "OrderedLock",
     "Outcome",
+    "Period",
+    "RateLimit",
     "Reactor",
     "Result",
     "RetryPolicy",
+    "Semaphore",
     "Skipped",
     "Status",
     "Step",
@@ -59,4 +70,9 @@ __all__ = [
     "loads_context",
     "retries",
     "step",
+    "with_lock",
+    "with_ordered_lock",
+    "with_period",
+    "with_rate_limit",
+    "with_semaphore",
 ]

@@ -13,10 +13,15 @@ from py_reactor import (
     Failure,
     FailureResult,
     Input,
+    Lock,
     Middleware,
+    OrderedLock,
     Outcome,
+    Period,
+    RateLimit,
     Reactor,
     Result,
+    Semaphore,
     Step,
     Success,
     Value,
@@ -26,8 +31,13 @@ from py_reactor import (
     loads_context,
     retries,
     step,
+    with_lock,
+    with_ordered_lock,
+    with_period,
+    with_rate_limit,
+    with_semaphore,
 )
-from py_reactor.errors import InputValidationError
+from py_reactor.errors import InputValidationError, RateLimitExceededError
 from py_reactor.observability.events import StepCompleted
 
 
@@ -96,3 +106,40 @@ def use() -> None:
     direct: Outcome = ChargeStep.invoke({"account_id": 1, "amount": 5})
     inline: Outcome = PaymentReactor.notify.invoke({"receipt": "r", "note": "n", "who": "w"})
     print(direct.value, inline.value)
+
+
+@with_lock(lambda inputs: f"acct:{inputs['account_id']}", ttl=30, wait=5)
+@with_semaphore("mailer", limit=5)
+@with_rate_limit("stripe", limits={"second": 3, "minute": 100})
+@with_period(lambda inputs: f"report:{inputs['account_id']}", every="day")
+@with_ordered_lock("ledger", poison_pill_timeout=60, strict=False)
+class CoordinatedReactor(Reactor):
+    account_id: int
+
+    @step()
+    def work(account_id: int) -> int:
+        return account_id
+
+
+def use_primitives() -> None:
+    configure(redis_url="redis://localhost:6379/0", rate_limits={"stripe": {"second": 3}})
+    with Lock("invoice:42", ttl=30, wait=5) as hold:
+        token: int = hold.fencing_token
+        print(token)
+    with Semaphore("mailer", limit=5) as slot:
+        print(slot.count)
+    with RateLimit("stripe", limit=100, period="minute"):
+        pass
+    with Period("daily", every="day") as claim:
+        if claim.due:
+            print("due")
+    with OrderedLock("ledger") as turn:
+        if not turn.short_circuit:
+            print(turn.position.number)
+    try:
+        RateLimit("stripe").acquire()
+    except RateLimitExceededError as exc:
+        retry_after: float = exc.retry_after
+        print(retry_after, exc.key)
+    declared = CoordinatedReactor.coordination["lock"]
+    print(declared)

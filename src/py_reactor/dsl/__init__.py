@@ -1,6 +1,13 @@
 """Declaring workflows: reactors, steps, argument sources, signals, retry policies. No I/O."""
 
 from py_reactor.dsl.compose import compose
+from py_reactor.dsl.coordination import (
+    with_lock,
+    with_ordered_lock,
+    with_period,
+    with_rate_limit,
+    with_semaphore,
+)
 from py_reactor.dsl.declaration import StepDeclaration, StepKind
 from py_reactor.dsl.reactor import Reactor, StepPlan
 from py_reactor.dsl.retries import RetryPolicy, retries
@@ -27,4 +34,9 @@ __all__ = [
     "compose",
     "retries",
     "step",
+    "with_lock",
+    "with_ordered_lock",
+    "with_period",
+    "with_rate_limit",
+    "with_semaphore",
 ]

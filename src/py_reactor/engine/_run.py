@@ -42,7 +42,7 @@ class Run:
             )
             emit(self.middleware, event)
 
-    def record(self, kind: str, step: str, started_at: float, **details: Any) -> None:
+    def record(self, kind: str, step: str | None, started_at: float, **details: Any) -> None:
         """Append one trace entry."""
         entry = {"type": kind, "step": step, "started_at": started_at, "finished_at": time.time()}
         entry.update(details)

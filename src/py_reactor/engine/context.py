@@ -66,10 +66,16 @@ class Context:
             self.root_id = self.execution_id
 
     def child(self, reactor: str, inputs: dict[str, Any]) -> Context:
-        """A context for work nested in this execution: same root, this one as parent."""
-        return Context(
+        """A context for work nested in this execution: same root, this one as parent.
+
+        The child shares this execution's registry of held coordination keys
+        (``private["held_keys"]``), so holds taken anywhere in the tree are visible to all of it.
+        """
+        child = Context(
             reactor=reactor, inputs=inputs, root_id=self.root_id, parent_id=self.execution_id
         )
+        child.private["held_keys"] = self.private.setdefault("held_keys", [])
+        return child
 
     def __repr__(self) -> str:
         return (

@@ -7,10 +7,13 @@ process.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from py_reactor.config import get_config
+from py_reactor.coordination.owner import current_owner
+from py_reactor.coordination.scope import Admission, Scope
 from py_reactor.dsl.reactor import Reactor
 from py_reactor.dsl.registry import class_path
 from py_reactor.engine._run import Run, StepFailure, describe_exception
@@ -18,7 +21,7 @@ from py_reactor.engine.compensation import rollback
 from py_reactor.engine.context import Context, Status
 from py_reactor.engine.results import FailureResult, HaltedResult, Outcome, SuccessResult
 from py_reactor.engine.step_runner import Halted, run_step
-from py_reactor.errors import InputValidationError
+from py_reactor.errors import CoordinationError, InputValidationError
 from py_reactor.observability import events as ev
 from py_reactor.observability.middleware import Middleware
 
@@ -67,6 +70,66 @@ def execute(
                     ),
                 )
         context.status = Status.RUNNING
+    token = current_owner.set(context.root_id)
+    try:
+        if not cls.coordination:
+            return _walk(cls, run)
+        return _coordinated(cls, run)
+    finally:
+        current_owner.reset(token)
+
+
+def _coordinated(cls: type[Reactor], run: Run) -> Outcome:
+    """Run the steps inside the reactor's declared coordination (taken in the fixed order)."""
+    context = run.context
+    try:
+        scope = Scope(
+            cls.coordination,
+            context.inputs,
+            reactor=run.reactor_name,
+            private=context.private,
+            emit=_emitter(run),
+        )
+        admission = scope.enter()
+    except CoordinationError as exc:
+        return fail(run, StepFailure(None, exc, retryable=False, work_started=False))
+    if admission is not Admission.PROCEED:
+        scope.exit(succeeded=False, failed=False)
+        reason = admission.value
+        context.status = Status.HALTED
+        run.record("halted", None, time.time(), reason=reason)
+        run.emit(ev.ReactorHalted, None, reason=reason)
+        return HaltedResult(context, reason=reason, step_name=None)
+    try:
+        return _walk(cls, run)
+    finally:
+        status = context.status
+        scope.exit(
+            succeeded=status is Status.COMPLETED,
+            failed=status not in (Status.COMPLETED, Status.HALTED),
+        )
+
+
+def _emitter(run: Run) -> Callable[..., None]:
+    def emit(event: str, key: str, **fields: Any) -> None:
+        run.emit(_EVENTS[event], None, key=key, **fields)
+
+    return emit
+
+
+_EVENTS: dict[str, type[ev.Event]] = {
+    "lock.acquired": ev.LockAcquired,
+    "lock.released": ev.LockReleased,
+    "lock.acquisition_failed": ev.LockAcquisitionFailed,
+    "semaphore.acquired": ev.SemaphoreAcquired,
+    "semaphore.released": ev.SemaphoreReleased,
+    "semaphore.acquisition_failed": ev.SemaphoreAcquisitionFailed,
+}
+
+
+def _walk(cls: type[Reactor], run: Run) -> Outcome:
+    """Run every step not yet done, in order; roll back on failure."""
+    context = run.context
     plan = cls.__py_reactor_plan__
     try:
         for name in cls.__py_reactor_order__:

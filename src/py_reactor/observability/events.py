@@ -15,12 +15,18 @@ __all__ = [
     "CompensationFailed",
     "CompensationStarted",
     "Event",
+    "LockAcquired",
+    "LockAcquisitionFailed",
+    "LockReleased",
     "ReactorCompleted",
     "ReactorFailed",
     "ReactorHalted",
     "ReactorStarted",
     "RollbackFinished",
     "RollbackStarted",
+    "SemaphoreAcquired",
+    "SemaphoreAcquisitionFailed",
+    "SemaphoreReleased",
     "StepCompleted",
     "StepFailed",
     "StepRetried",
@@ -176,6 +182,57 @@ class UndoFailed(Event):
     error: Any = None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LockAcquired(Event):
+    """The execution took lock ``key`` (``step`` None: declared on the reactor)."""
+
+    name: ClassVar[str] = "lock.acquired"
+    key: str = ""
+    fencing_token: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LockReleased(Event):
+    """The execution released lock ``key``."""
+
+    name: ClassVar[str] = "lock.released"
+    key: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LockAcquisitionFailed(Event):
+    """Lock ``key`` stayed busy for the whole wait (``error`` says why)."""
+
+    name: ClassVar[str] = "lock.acquisition_failed"
+    key: str = ""
+    error: Any = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SemaphoreAcquired(Event):
+    """The execution took a slot of semaphore ``key``."""
+
+    name: ClassVar[str] = "semaphore.acquired"
+    key: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SemaphoreReleased(Event):
+    """The execution gave back its slot of semaphore ``key``."""
+
+    name: ClassVar[str] = "semaphore.released"
+    key: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SemaphoreAcquisitionFailed(Event):
+    """Every slot of semaphore ``key`` stayed taken for the whole wait."""
+
+    name: ClassVar[str] = "semaphore.acquisition_failed"
+    key: str = ""
+    error: Any = None
+
+
 ALL_EVENTS: tuple[type[Event], ...] = (
     ReactorStarted,
     ReactorCompleted,
@@ -194,4 +251,10 @@ ALL_EVENTS: tuple[type[Event], ...] = (
     UndoStarted,
     UndoCompleted,
     UndoFailed,
+    LockAcquired,
+    LockReleased,
+    LockAcquisitionFailed,
+    SemaphoreAcquired,
+    SemaphoreReleased,
+    SemaphoreAcquisitionFailed,
 )

@@ -71,6 +71,24 @@ class Middleware:
     def on_undo_failed(self, event: ev.UndoFailed) -> None:
         """An undo failed."""
 
+    def on_lock_acquired(self, event: ev.LockAcquired) -> None:
+        """A lock was taken."""
+
+    def on_lock_released(self, event: ev.LockReleased) -> None:
+        """A lock was released."""
+
+    def on_lock_acquisition_failed(self, event: ev.LockAcquisitionFailed) -> None:
+        """A lock stayed busy for the whole wait."""
+
+    def on_semaphore_acquired(self, event: ev.SemaphoreAcquired) -> None:
+        """A semaphore slot was taken."""
+
+    def on_semaphore_released(self, event: ev.SemaphoreReleased) -> None:
+        """A semaphore slot was given back."""
+
+    def on_semaphore_acquisition_failed(self, event: ev.SemaphoreAcquisitionFailed) -> None:
+        """Every semaphore slot stayed taken for the whole wait."""
+
 
 #: Which Middleware method receives which event class.
 HOOKS: dict[type[ev.Event], str] = {
@@ -91,6 +109,12 @@ HOOKS: dict[type[ev.Event], str] = {
     ev.UndoStarted: "on_undo_started",
     ev.UndoCompleted: "on_undo_completed",
     ev.UndoFailed: "on_undo_failed",
+    ev.LockAcquired: "on_lock_acquired",
+    ev.LockReleased: "on_lock_released",
+    ev.LockAcquisitionFailed: "on_lock_acquisition_failed",
+    ev.SemaphoreAcquired: "on_semaphore_acquired",
+    ev.SemaphoreReleased: "on_semaphore_released",
+    ev.SemaphoreAcquisitionFailed: "on_semaphore_acquisition_failed",
 }
 
 

@@ -1,0 +1,192 @@
+"""The five coordination decorators: ``with_lock``, ``with_semaphore``, ``with_rate_limit``,
+``with_period`` and ``with_ordered_lock``.
+
+Each checks its options when it is called (at import) and records a declaration in the
+decorated reactor's ``coordination`` mapping. A subclass inherits its parent's declarations and
+gets its own mapping when it declares more (the parent's is never changed); declaring the same
+primitive twice on one class is refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import Any, TypeVar
+
+from py_reactor.coordination.declarations import (
+    Declaration,
+    KeySpec,
+    LockDeclaration,
+    OrderedLockDeclaration,
+    PeriodDeclaration,
+    RateLimitDeclaration,
+    SemaphoreDeclaration,
+)
+from py_reactor.dsl.declaration import StepDeclaration
+from py_reactor.dsl.reactor import Reactor
+from py_reactor.dsl.step import Step
+from py_reactor.errors import DefinitionError
+
+__all__ = ["with_lock", "with_ordered_lock", "with_period", "with_rate_limit", "with_semaphore"]
+
+T = TypeVar("T")
+
+_OWN = "__py_reactor_declared__"
+
+
+def with_lock(
+    key: KeySpec, *, ttl: float = 60, wait: float = 0, auto_extend: bool = True
+) -> Callable[[T], T]:
+    """Hold an exclusive lock on ``key`` while the reactor runs (see ``py_reactor.Lock``).
+
+    Args:
+        key: a constant str, or a function of the validated inputs returning the key.
+        ttl: seconds a hold lives without extension; extended every ``ttl / 3`` while running.
+        wait: seconds to wait for a busy lock before the run fails with LockAcquisitionError.
+        auto_extend: keep extending the hold while the run lasts.
+    """
+    return _declarer(
+        "with_lock", lambda: LockDeclaration(key, ttl=ttl, wait=wait, auto_extend=auto_extend)
+    )
+
+
+def with_semaphore(
+    key: KeySpec, *, limit: int, wait: float = 0, lease: float = 60
+) -> Callable[[T], T]:
+    """Let at most ``limit`` runs with the same ``key`` proceed at once.
+
+    Args:
+        key: a constant str, or a function of the validated inputs returning the key.
+        limit: concurrent runs allowed (>= 1).
+        wait: seconds to wait for a slot before the run fails with SemaphoreAcquisitionError.
+        lease: seconds a slot lives without renewal (renewed while the run lasts).
+    """
+    return _declarer(
+        "with_semaphore",
+        lambda: SemaphoreDeclaration(key, limit=limit, wait=wait, lease=lease),
+    )
+
+
+def with_rate_limit(
+    key: KeySpec,
+    *,
+    limit: int | None = None,
+    period: str | int | None = None,
+    limits: Mapping[str | int, int] | None = None,
+    wait: float = 0,
+) -> Callable[[T], T]:
+    """Admit at most ``limit`` runs per ``period`` window (or every window of ``limits``).
+
+    ``with_rate_limit("stripe")`` with neither ``limit`` nor ``limits`` uses the limit
+    registered as ``configure(rate_limits={"stripe": {...}})``.
+
+    Args:
+        key: a constant str, or a function of the validated inputs returning the key.
+        limit: runs admitted per window; needs ``period``.
+        period: the window: ``"second"``, ``"minute"``, ``"hour"``, ``"day"``, ``"week"`` or
+            seconds.
+        limits: several windows at once, ``{"second": 3, "minute": 100}``.
+        wait: seconds the run may wait for a window to reopen before failing with
+            RateLimitExceededError (default 0: fail at once, with ``retry_after``).
+    """
+    if limit is None and limits is None and not isinstance(key, str):
+        raise DefinitionError(
+            "with_rate_limit: without limit= or limits=, the key must be the name of a limit "
+            "registered with configure(rate_limits=...), not a function"
+        )
+    return _declarer(
+        "with_rate_limit",
+        lambda: RateLimitDeclaration(key, limit=limit, period=period, limits=limits, wait=wait),
+    )
+
+
+def with_period(key: KeySpec, *, every: str | int, wait: float = 60) -> Callable[[T], T]:
+    """Run at most once per ``every`` bucket; later runs in the bucket halt (reason "period").
+
+    Args:
+        key: a constant str, or a function of the validated inputs returning the key.
+        every: ``"minute"``, ``"hour"``, ``"day"``, ``"week"``, ``"month"``, ``"year"`` (UTC
+            calendar buckets) or a number of seconds.
+        wait: seconds to wait for a concurrent run of the same bucket to finish.
+    """
+    return _declarer("with_period", lambda: PeriodDeclaration(key, every=every, wait=wait))
+
+
+def with_ordered_lock(
+    key: KeySpec,
+    *,
+    ttl: float = 86400,
+    poison_pill_timeout: float = 600,
+    strict: bool = True,
+    wait: float | None = None,
+) -> Callable[[T], T]:
+    """Run executions with the same ``key`` one at a time, in the order ``run`` was called.
+
+    Args:
+        key: a constant str, or a function of the validated inputs returning the key.
+        ttl: seconds the sequence's bookkeeping lives.
+        poison_pill_timeout: seconds after which a position that stopped heartbeating (its
+            process died) is skipped so the ones behind it can go.
+        strict: after a failure, later positions of the same sequence halt without running
+            (reason "ordered_lock") until the sequence drains.
+        wait: seconds to wait for this position's turn (None: as long as it takes).
+    """
+    return _declarer(
+        "with_ordered_lock",
+        lambda: OrderedLockDeclaration(
+            key, ttl=ttl, poison_pill_timeout=poison_pill_timeout, strict=strict, wait=wait
+        ),
+    )
+
+
+def _declarer(name: str, build: Callable[[], Declaration]) -> Callable[[T], T]:
+    """Build (and so check) the declaration now; return the decorator that records it."""
+    decl = _checked(name, build)
+
+    def decorate(target: T) -> T:
+        if isinstance(target, type) and issubclass(target, Reactor):
+            _attach(name, target, decl)
+            return target
+        if (
+            isinstance(target, StepDeclaration)
+            or (isinstance(target, type) and issubclass(target, Step))
+            or callable(target)
+        ):
+            raise DefinitionError(
+                f"{name}(...) on a step ({_label(target)}) is not supported yet: step-scoped "
+                "coordination arrives in a later release. Declare it on the reactor class for "
+                "now (its key function receives the reactor's inputs)"
+            )
+        raise DefinitionError(f"{name}(...) decorates a Reactor subclass, got {target!r}")
+
+    return decorate
+
+
+def _checked(name: str, build: Callable[[], Declaration]) -> Declaration:
+    try:
+        decl = build()
+    except DefinitionError as exc:
+        raise DefinitionError(f"{name}: {exc.message}") from None
+    key = decl.key
+    if not callable(key) and not (isinstance(key, str) and key):
+        raise DefinitionError(
+            f"{name}: key must be a non-empty str or a function of the inputs, got {key!r}"
+        )
+    return decl
+
+
+def _attach(name: str, cls: type[Reactor], decl: Declaration) -> None:
+    own: tuple[str, ...] = cls.__dict__.get(_OWN, ())
+    if decl.primitive in own:
+        raise DefinitionError(
+            f"{cls.__qualname__}: {name} is declared twice on this class; keep one",
+            reactor=cls.__qualname__,
+        )
+    declared: dict[str, Any] = dict(cls.coordination)
+    declared[decl.primitive] = decl
+    cls.coordination = MappingProxyType(declared)
+    setattr(cls, _OWN, (*own, decl.primitive))
+
+
+def _label(target: object) -> str:
+    return str(getattr(target, "__qualname__", None) or getattr(target, "name", None) or target)

@@ -1,0 +1,1 @@
+"""Real concurrency: threads and spawn processes coordinating through a real Redis."""
