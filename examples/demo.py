@@ -4,13 +4,17 @@ Three runs of one reactor show what the engine does:
 
 1. success, after the payment gateway times out once and the charge is retried;
 2. a declined card: the step fails and the completed bookings are rolled back, newest first;
-3. invalid inputs: refused before anything runs, with every offending field named.
+3. invalid inputs: refused before anything runs, with every offending field named;
+4. two agents book for the same traveller at the same moment: a lock keyed on the traveller
+   makes the second wait for the first. The lock lives in the embedded Redis that py_reactor
+   starts by itself (no server to install), so it would hold across processes too.
 
 Run it with ``python examples/demo.py``.
 """
 
 from __future__ import annotations
 
+import threading
 from typing import Annotated, Any
 
 from pydantic import Field
@@ -26,6 +30,7 @@ from py_reactor import (
     configure,
     retries,
     step,
+    with_lock,
 )
 from py_reactor.observability import events as ev
 
@@ -106,23 +111,45 @@ class BookTrip(Reactor):
     returns = "confirm"
 
 
+@with_lock(lambda inputs: f"traveller:{inputs['traveller']}", ttl=30, wait=10)
+class BookTripOnePerTraveller(BookTrip):
+    """The same trip, but one booking per traveller at a time, across threads and processes."""
+
+
+_print_lock = threading.Lock()
+
+
+def say(line: str) -> None:
+    """Print one whole line, even when two threads report at once."""
+    with _print_lock:
+        print(line, flush=True)
+
+
 class Narrator(Middleware):
     """Prints what happens, as it happens."""
 
     def on_step_completed(self, event: ev.StepCompleted) -> None:
-        print(f"  ok    {event.step:<8} -> {event.value}")
+        say(f"  ok    {event.step:<8} -> {event.value}")
 
     def on_step_retried(self, event: ev.StepRetried) -> None:
-        print(
+        say(
             f"  retry {event.step:<8} attempt {event.attempt} failed ({_text(event.error)}); "
             f"trying again in {event.delay:.2f}s"
         )
 
     def on_step_failed(self, event: ev.StepFailed) -> None:
-        print(f"  FAIL  {event.step or '(inputs)':<8} {_text(event.error)}")
+        say(f"  FAIL  {event.step or '(inputs)':<8} {_text(event.error)}")
 
     def on_undo_completed(self, event: ev.UndoCompleted) -> None:
-        print(f"  undo  {event.step:<8} released")
+        say(f"  undo  {event.step:<8} released")
+
+    def on_lock_acquired(self, event: ev.LockAcquired) -> None:
+        run = event.execution_id[:6]
+        say(f"  lock  {event.key} taken by run {run} (fencing token {event.fencing_token})")
+
+    def on_lock_released(self, event: ev.LockReleased) -> None:
+        # The release hands the lock straight to the waiting run, which may report first.
+        say(f"  lock  {event.key} released by run {event.execution_id[:6]}")
 
 
 def _text(error: Any) -> str:
@@ -168,6 +195,20 @@ def main() -> None:
         nights=0,
         card=1234,
     )
+
+    print("\n== 4. Two agents book for Dee at once: a lock on the traveller serializes them")
+    both = [
+        threading.Thread(
+            target=BookTripOnePerTraveller.run,
+            kwargs={"traveller": "dee", "destination": city, "nights": 1, "card": "4242"},
+        )
+        for city in ("paris", "vienna")
+    ]
+    for thread in both:
+        thread.start()
+    for thread in both:
+        thread.join()
+    print(f"     still booked: {sorted(b for b in BOOKED if ':dee' in b)}")
 
 
 if __name__ == "__main__":

@@ -44,3 +44,22 @@ def test_demo_shows_success_retry_and_rollback() -> None:
     assert "=> failure at step 'charge': card declined by issuer" in out
     assert "nights: Input should be greater than or equal to 1" in out
     assert "card: Input should be a valid string" in out
+
+
+def test_demo_serializes_two_bookings_for_one_traveller_with_a_lock() -> None:
+    """In part 4 the second booking takes the traveller lock only after the first confirmed."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "demo.py")],
+        check=False,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    part = done.stdout.split("== 4.")[1].splitlines()
+    taken = [i for i, line in enumerate(part) if "lock  traveller:dee taken" in line]
+    confirmed = [i for i, line in enumerate(part) if "ok    confirm" in line]
+    assert len(taken) == 2
+    assert len(confirmed) == 2
+    assert taken[0] < confirmed[0] < taken[1] < confirmed[1]
