@@ -15,6 +15,7 @@ Run it with ``python examples/demo.py``.
 from __future__ import annotations
 
 import threading
+import time
 from typing import Annotated, Any
 
 from pydantic import Field
@@ -46,6 +47,7 @@ class ReserveFlight(Step):
     destination: str
 
     def run(self) -> Success:
+        time.sleep(0.05)  # the airline takes a moment to answer
         seat = f"flight:{self.inputs.destination}:{self.inputs.traveller}"
         BOOKED.add(seat)
         return Success(seat)

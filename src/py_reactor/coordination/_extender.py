@@ -57,28 +57,31 @@ class _Extender:
         self._pid = -1
 
     def add(self, hold: Extendable, every: float) -> None:
-        with self._changed:
-            if self._pid != os.getpid():  # first use, or a forked child: threads do not survive
-                self._live.clear()
-                self._pid = os.getpid()
-                threading.Thread(target=self._loop, name="py_reactor-extender", daemon=True).start()
-            self._live[id(hold)] = _Entry(hold, every)
-            tick = max(MIN_TICK, every / 2)
-            if tick < self._tick:
-                self._tick = tick
+        # Plain dict writes are atomic under the GIL: the common case takes no lock at all.
+        self._live[id(hold)] = _Entry(hold, every)
+        tick = max(MIN_TICK, every / 2)
+        if tick < self._tick or self._pid != os.getpid():
+            with self._changed:
+                if self._pid != os.getpid():  # first use, or a forked child: no thread yet
+                    self._live = {id(hold): self._live[id(hold)]}
+                    self._pid = os.getpid()
+                    threading.Thread(
+                        target=self._loop, name="py_reactor-extender", daemon=True
+                    ).start()
+                self._tick = min(self._tick, tick)
                 self._changed.notify()
 
     def forget(self, hold: Extendable) -> None:
-        with self._changed:
-            self._live.pop(id(hold), None)
+        self._live.pop(id(hold), None)
 
     def _loop(self) -> None:
         while True:
             with self._changed:
                 self._changed.wait(self._tick)
                 now = time.monotonic()
-                due = [entry for entry in self._live.values() if entry.due <= now]
-                shortest = min((entry.every for entry in self._live.values()), default=MAX_TICK)
+                entries = list(self._live.values())  # one C-level copy: safe while others write
+                due = [entry for entry in entries if entry.due <= now]
+                shortest = min((entry.every for entry in entries), default=MAX_TICK)
                 self._tick = min(MAX_TICK, max(MIN_TICK, shortest / 2))
             for entry in due:
                 self._extend(entry)

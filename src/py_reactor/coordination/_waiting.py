@@ -11,8 +11,8 @@ is noticed when its lease runs out.
 from __future__ import annotations
 
 import time
-import uuid
 
+from py_reactor.coordination.owner import new_owner
 from py_reactor.coordination.store import NAMESPACE, Store
 
 __all__ = ["new_waiter", "sleep_for", "take_or_wait", "wake_key"]
@@ -23,7 +23,7 @@ MAX_SLEEP = 2.0
 
 def new_waiter() -> str:
     """A unique waiter id (no ``|``: queue members are ``<waiter>|<owner>|...``)."""
-    return uuid.uuid4().hex
+    return new_owner()
 
 
 def wake_key(waiter: str) -> str:
@@ -57,18 +57,20 @@ def take_or_wait(
     a handoff takes the handed hold instead of re-entering it.
     Returns ``(count, token)`` once held, None when ``wait`` ran out.
     """
-    if wait <= 0:  # the common case: the smallest call the script accepts
-        held, count, token = store.run_script(script, keys, args)
+    # First the smallest call the script accepts: an uncontended acquire is just this, even
+    # when the caller would wait. Only a busy key pays for joining the queue.
+    held, count, token = store.run_script(script, keys, args)
+    if held or wait <= 0:
         return (int(count), int(token)) if held else None
+    deadline = time.monotonic() + wait
     waiter = new_waiter()
     member = f"{waiter}|{owner}|{ttl_ms}"
     wake = wake_key(waiter)
     wait_keys = (*keys, *queue, wake)
-    deadline = time.monotonic() + wait
-    retry = 0  # the first attempt cannot be queued yet, nor handed anything: the script skips that
+    retry = 0  # the first queued attempt cannot have been handed anything: the script skips that
     while True:
         held, count, token = store.run_script(
-            script, wait_keys, (*args, member, int(wait * 1000), retry)
+            script, wait_keys, (*args, member, max(1, int(wait * 1000)), retry)
         )
         retry = 1
         if held:

@@ -25,7 +25,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from py_reactor.errors import StoreUnavailableError
-from py_reactor.storage.redis import RedisStore
+from py_reactor.storage.redis import CONNECT_TIMEOUT, RedisStore
 
 __all__ = ["EmbeddedStore", "embedded_dir", "embedded_store", "stop_embedded"]
 
@@ -62,7 +62,10 @@ def _ping(socket: Path) -> redis.Redis | None:
     # No client-side retries: a missing server is reported (or replaced) at once, not after
     # redis-py's default ten backed-off attempts.
     client = redis.Redis(
-        unix_socket_path=str(socket), decode_responses=True, retry=Retry(NoBackoff(), 0)
+        unix_socket_path=str(socket),
+        decode_responses=True,
+        retry=Retry(NoBackoff(), 0),
+        socket_connect_timeout=CONNECT_TIMEOUT,
     )
     try:
         client.ping()
@@ -72,11 +75,18 @@ def _ping(socket: Path) -> redis.Redis | None:
     return client
 
 
+#: Scripts that act on an existing hold. A hold does not survive its server, so when the
+#: server is gone these just fail: they never start a new one (an extender thread would
+#: otherwise bring back a server someone stopped on purpose).
+_NO_RESTART_SUFFIXES = ("_extend", "_heartbeat", "_release")
+
+
 class EmbeddedStore(RedisStore):
     """A ``RedisStore`` on the embedded server that starts the server again if it went away.
 
-    If the server was stopped (``stop_embedded``) or died, the next call starts a new one and
-    is retried once. Its state is gone with the old server, so nothing can be lost by retrying.
+    If the server was stopped (``stop_embedded``) or died, the next acquisition starts a new one
+    and is retried once. Its state is gone with the old server, so nothing can be lost by
+    retrying. Extending or releasing a hold never restarts it: that hold died with the server.
     """
 
     def __init__(self, folder: Path) -> None:
@@ -91,6 +101,8 @@ class EmbeddedStore(RedisStore):
         try:
             return super().run_script(name, keys, args)
         except StoreUnavailableError:
+            if name.endswith(_NO_RESTART_SUFFIXES) or not self.folder.is_dir():
+                raise
             self._restart()
             return super().run_script(name, keys, args)
 
@@ -99,6 +111,8 @@ class EmbeddedStore(RedisStore):
         try:
             return super().wait_signal(key, timeout)
         except StoreUnavailableError:
+            if not self.folder.is_dir():
+                raise
             self._restart()
             return super().wait_signal(key, timeout)
 

@@ -20,7 +20,10 @@ from redis.retry import Retry
 
 from py_reactor.errors import CoordinationError, StoreUnavailableError
 
-__all__ = ["RedisStore", "lua_source"]
+__all__ = ["CONNECT_TIMEOUT", "RedisStore", "lua_source"]
+
+#: Seconds to wait for a connection before reporting the store unreachable.
+CONNECT_TIMEOUT = 5.0
 
 
 @cache
@@ -46,7 +49,12 @@ class RedisStore:
         """A store for the server at ``url`` (``redis://``, ``rediss://`` or ``unix://``)."""
         # No client-side retries: an unreachable server is reported at once, and a script is
         # never sent twice.
-        client = redis.Redis.from_url(url, decode_responses=True, retry=Retry(NoBackoff(), 0))
+        client = redis.Redis.from_url(
+            url,
+            decode_responses=True,
+            retry=Retry(NoBackoff(), 0),
+            socket_connect_timeout=CONNECT_TIMEOUT,
+        )
         return cls(client, url)
 
     def _script(self, name: str) -> Script:
