@@ -541,3 +541,58 @@ def test_a_killed_holder_frees_the_key_after_its_ttl(store: Store, key: str) -> 
         if child.is_alive():
             child.kill()
         child.join()
+
+
+# ----------------------------------------------------------------------------- review findings
+
+
+def test_two_waiters_of_one_owner_leave_the_lock_free_after_both_release(
+    store: Store, key: str
+) -> None:
+    """Two queued waiters of one owner share the handed lock, and their releases free it."""
+    blocker = Lock(key, ttl=1).acquire()
+    done: list[str] = []
+
+    def wait_and_hold(name: str) -> None:
+        with Lock(key, ttl=30, wait=10, owner="exec-O"):
+            done.append(name)
+            time.sleep(0.1)
+
+    threads = [threading.Thread(target=wait_and_hold, args=(name,)) for name in ("T1", "T2")]
+    for number, thread in enumerate(threads, start=1):
+        thread.start()
+        _until(lambda n=number: Lock(key).state().waiters == n, f"{number} queued waiter(s)")
+    blocker.release()
+    for thread in threads:
+        thread.join(15)
+    assert sorted(done) == ["T1", "T2"]
+    state = Lock(key).state()
+    assert state.owner is None, f"nobody holds the lock, yet it is taken: {state}"
+    assert state.waiters == 0
+    Lock(key).acquire().release()  # a fresh owner gets it at once
+
+
+def test_a_waiter_queued_behind_an_expired_hold_is_handed_the_lock_promptly(
+    store: Store, key: str
+) -> None:
+    """After a dead holder's lock expires, each release still hands it to the next waiter."""
+    Lock(key, ttl=0.5, auto_extend=False).acquire()  # a holder that dies: never released
+    got: dict[str, float] = {}
+    released: dict[str, float] = {}
+
+    def waiter(name: str, hold_for: float) -> None:
+        with Lock(key, ttl=30, wait=10):
+            got[name] = time.monotonic()
+            time.sleep(hold_for)
+            released[name] = time.monotonic()
+
+    first = threading.Thread(target=waiter, args=("B", 0.1))
+    second = threading.Thread(target=waiter, args=("C", 0.0))
+    first.start()
+    _until(lambda: Lock(key).state().waiters == 1, "B queued")
+    second.start()
+    _until(lambda: Lock(key).state().waiters == 2, "C queued")
+    first.join(15)
+    second.join(15)
+    assert got["C"] >= released["B"]
+    assert got["C"] - released["B"] < 0.5, "C was not woken by B's release"

@@ -374,3 +374,30 @@ def test_acquire_and_release_are_two_round_trips(
     assert calls.get("evalsha", 0) >= 2  # server-wide: other clients may add to it
     assert "eval" not in calls  # no fallback to sending the script text
     assert "script" not in calls
+
+
+def test_two_waiters_of_one_owner_give_the_slot_back_after_both_release(
+    store: Store, key: str
+) -> None:
+    """Two queued waiters of one owner share the handed slot, and their releases free it."""
+    blocker = Semaphore(key, limit=1, lease=1).acquire()
+    done: list[str] = []
+
+    def wait_and_hold(name: str) -> None:
+        with Semaphore(key, limit=1, wait=10, owner="exec-O"):
+            done.append(name)
+            time.sleep(0.1)
+
+    threads = [threading.Thread(target=wait_and_hold, args=(name,)) for name in ("T1", "T2")]
+    for number, thread in enumerate(threads, start=1):
+        thread.start()
+        deadline = time.monotonic() + 10
+        while Semaphore(key, limit=1).state().waiters < number:
+            assert time.monotonic() < deadline, f"{number} waiter(s) never queued"
+            time.sleep(0.005)
+    blocker.release()
+    for thread in threads:
+        thread.join(15)
+    assert sorted(done) == ["T1", "T2"]
+    assert Semaphore(key, limit=1).state().held == 0
+    Semaphore(key, limit=1).acquire().release()  # a fresh owner gets the slot at once

@@ -210,3 +210,22 @@ def test_a_folder_too_long_for_a_unix_socket_is_refused(key: str) -> None:
         Lock(key).acquire()
     assert folder in str(caught.value)
     assert not os.path.exists(folder)
+
+
+def test_a_running_server_that_does_not_answer_is_never_doubled(folder: str, key: str) -> None:
+    """If the folder's server runs but cannot be reached, no second server is started."""
+    first = embedded_store(folder)
+    pid = _server_pid(first)
+    first.client.close()
+    socket = Path(folder) / "redis.sock"
+    hidden = Path(folder) / "hidden.sock"
+    socket.rename(hidden)  # the server lives on; nobody can reach it through the usual path
+    try:
+        configure(embedded_dir=folder)
+        with pytest.raises(StoreUnavailableError, match="runs but does not answer"):
+            Lock(key).acquire()
+        assert _servers_in(folder) == [pid]
+    finally:
+        hidden.rename(socket)
+    with Lock(key):  # reachable again: the same server serves
+        assert _server_pid(current_store()) == pid

@@ -16,7 +16,9 @@ from py_reactor.storage.redis import lua_source
 
 ROOT = Path(__file__).resolve().parents[2]
 LUA = ROOT / "src" / "py_reactor" / "storage" / "lua"
-SCRIPTS = sorted(path.stem for path in LUA.glob("*.lua"))
+SCRIPTS = sorted(path.stem for path in LUA.glob("*.lua") if not path.stem.startswith("_"))
+#: Shared Lua code that scripts inline with ``-- #include _<name>``.
+LIBRARIES = sorted(path.stem for path in LUA.glob("_*.lua"))
 
 #: Calls that name a script, and which positional argument holds the name.
 NAMING_CALLS = {"run_script": 0, "take_or_wait": 1}
@@ -103,9 +105,10 @@ def test_the_installed_package_exposes_every_script() -> None:
     """``importlib.resources`` sees the same scripts as the source tree, with the same text."""
     folder = resources.files("py_reactor.storage") / "lua"
     found = sorted(entry.name.removesuffix(".lua") for entry in folder.iterdir())
-    assert [name for name in found if not name.startswith("_")] == SCRIPTS
-    for name in SCRIPTS:
-        assert lua_source(name) == (LUA / f"{name}.lua").read_text("utf-8")
+    assert sorted(found) == sorted(SCRIPTS + LIBRARIES)
+    for name in SCRIPTS + LIBRARIES:
+        text = (LUA / f"{name}.lua").read_text("utf-8")
+        assert (folder / f"{name}.lua").read_text("utf-8") == text
 
 
 def test_the_wheel_contains_every_script(tmp_path: Path) -> None:
@@ -122,7 +125,17 @@ def test_the_wheel_contains_every_script(tmp_path: Path) -> None:
     [wheel] = tmp_path.glob("py_reactor-*.whl")
     with zipfile.ZipFile(wheel) as archive:
         members = set(archive.namelist())
-        for name in SCRIPTS:
+        for name in SCRIPTS + LIBRARIES:
             member = f"py_reactor/storage/lua/{name}.lua"
             assert member in members, f"{member} is missing from {wheel.name}"
             assert archive.read(member) == (LUA / f"{name}.lua").read_bytes()
+
+
+@pytest.mark.parametrize("name", LIBRARIES)
+def test_every_lua_library_is_included_by_a_script(name: str) -> None:
+    """Each shared ``_*.lua`` file is inlined by at least one script, and inlining works."""
+    including = [s for s in SCRIPTS if f"-- #include {name}" in (LUA / f"{s}.lua").read_text()]
+    assert including, f"{name}.lua is included by no script"
+    for script in including:
+        assert "#include" not in lua_source(script)
+        assert (LUA / f"{name}.lua").read_text("utf-8") in lua_source(script)

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from py_reactor import configure
+from py_reactor import Reactor, configure, step, with_lock
 from py_reactor.config import get_config
 from py_reactor.coordination import Lock, Semaphore
 from py_reactor.errors import (
@@ -143,3 +143,29 @@ def test_threads_share_one_store(redis_url: str) -> None:
         thread.join(10)
     assert len(seen) == 8
     assert len({id(store) for store in seen}) == 1
+
+
+def test_a_store_that_refuses_commands_fails_the_run_with_store_unavailable(
+    private_redis: PrivateRedis, key: str
+) -> None:
+    """A reachable server that answers with an error (out of memory) gives a failure outcome."""
+    configure(redis_url=private_redis.url)
+    admin = private_redis.client()
+    ran: list[str] = []
+
+    @with_lock(key)
+    class Guarded(Reactor):
+        @step()
+        def work() -> str:
+            ran.append("work")
+            return "done"
+
+    admin.config_set("maxmemory", 1)
+    try:
+        outcome = Guarded.run()
+    finally:
+        admin.config_set("maxmemory", 0)
+    assert not outcome.is_success
+    assert isinstance(outcome.error, StoreUnavailableError)
+    assert "refused" in str(outcome.error)
+    assert ran == []

@@ -2,11 +2,11 @@
 
 A hold registers itself with ``keep_alive(hold, every)`` and is dropped with ``forget(hold)``
 when released; the thread calls ``hold.extend()`` about every ``every`` seconds in between. One
-shared thread, not one per hold, so an uncontended acquire/release costs a dict insert and a
-dict delete, and a released hold costs the thread nothing. The thread wakes on a tick of half
-the shortest interval it serves (between ``MIN_TICK`` and ``MAX_TICK``), so a hold is extended
-at most ``every + tick`` (<= 1.5 ``every``) after the last time; with ``every = ttl / 3`` that is
-well inside its ttl.
+shared thread, not one per hold, so an uncontended acquire/release costs a dict insert (under
+an uncontended lock) and a dict delete, and a released hold costs the thread nothing. The
+thread wakes on a tick of half the shortest interval it serves (between ``MIN_TICK`` and
+``MAX_TICK``), so a hold is extended at most ``every + tick`` (<= 1.5 ``every``) after the last
+time; with ``every = ttl / 3`` that is well inside its ttl.
 """
 
 from __future__ import annotations
@@ -57,22 +57,21 @@ class _Extender:
         self._pid = -1
 
     def add(self, hold: Extendable, every: float) -> None:
-        # Plain dict writes are atomic under the GIL: the common case takes no lock at all.
-        self._live[id(hold)] = _Entry(hold, every)
+        entry = _Entry(hold, every)
         tick = max(MIN_TICK, every / 2)
-        if tick < self._tick or self._pid != os.getpid():
-            with self._changed:
-                if self._pid != os.getpid():  # first use, or a forked child: no thread yet
-                    self._live = {id(hold): self._live[id(hold)]}
-                    self._pid = os.getpid()
-                    threading.Thread(
-                        target=self._loop, name="py_reactor-extender", daemon=True
-                    ).start()
-                self._tick = min(self._tick, tick)
+        with self._changed:  # an uncontended lock: cheap, and no entry can be lost in a race
+            if self._pid != os.getpid():  # first use, or a forked child: no thread runs yet
+                self._live = {}
+                self._tick = MAX_TICK
+                self._pid = os.getpid()
+                threading.Thread(target=self._loop, name="py_reactor-extender", daemon=True).start()
+            self._live[id(hold)] = entry
+            if tick < self._tick:
+                self._tick = tick
                 self._changed.notify()
 
     def forget(self, hold: Extendable) -> None:
-        self._live.pop(id(hold), None)
+        self._live.pop(id(hold), None)  # a single dict operation: atomic under the GIL
 
     def _loop(self) -> None:
         while True:

@@ -97,30 +97,37 @@ class EmbeddedStore(RedisStore):
         )
 
     def run_script(self, name: str, keys: Sequence[str], args: Sequence[str | int | float]) -> Any:
-        """Run script ``name``; restart the embedded server and retry once if it is gone."""
+        """Run script ``name``; if the server is gone, start a new one and retry once."""
         try:
             return super().run_script(name, keys, args)
         except StoreUnavailableError:
-            if name.endswith(_NO_RESTART_SUFFIXES) or not self.folder.is_dir():
+            if name.endswith(_NO_RESTART_SUFFIXES) or not self._restarted():
                 raise
-            self._restart()
             return super().run_script(name, keys, args)
 
     def wait_signal(self, key: str, timeout: float) -> str | None:
-        """BLPOP ``key``; restart the embedded server and retry once if it is gone."""
+        """BLPOP ``key``; if the server is gone, start a new one and retry once."""
         try:
             return super().wait_signal(key, timeout)
         except StoreUnavailableError:
-            if not self.folder.is_dir():
+            if not self._restarted():
                 raise
-            self._restart()
             return super().wait_signal(key, timeout)
 
-    def _restart(self) -> None:
+    def _restarted(self) -> bool:
+        """Start a new server if (and only if) the old one is gone; whether one was started.
+
+        A server that still runs but failed one call (a dropped connection, maxclients) is
+        never replaced, and the call is not repeated: it may have run already, and a second
+        server would split the state that processes exclude each other through.
+        """
+        if not self.folder.is_dir() or _server_pid(self.folder) is not None:
+            return False
         old = self.client
         self.client = _ensure(self.folder, self.socket)
         self._scripts.clear()
         old.close()
+        return True
 
     def unavailable(self, exc: BaseException) -> StoreUnavailableError:
         """The error that reports the embedded server unreachable because of ``exc``."""
@@ -147,14 +154,42 @@ def embedded_store(configured_dir: str | None = None) -> EmbeddedStore:
 
 
 def _ensure(folder: Path, socket: Path) -> redis.Redis:
-    """A client of the running server for ``folder``, starting one if none answers."""
+    """A client of the running server for ``folder``, starting one only if none runs.
+
+    Raises:
+        StoreUnavailableError: the folder's server runs but does not answer (it is never
+            replaced by a second one), or a new one could not be started.
+    """
     client = _ping(socket)
     if client is None:
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         with open(folder / "start.lock", "w") as guard:
             fcntl.flock(guard, fcntl.LOCK_EX)
-            client = _ping(socket) or _start(folder, socket)
+            client = _ping(socket)
+            if client is None:
+                pid = _server_pid(folder)
+                if pid is not None:
+                    raise StoreUnavailableError(
+                        f"the embedded Redis in {folder} (pid {pid}) runs but does not answer "
+                        f"on {socket}; a second server would split the locks, so none is "
+                        f"started. See {folder / 'redis.log'}"
+                    )
+                client = _start(folder, socket)
     return client
+
+
+def _server_pid(folder: Path) -> int | None:
+    """The pid of the folder's redis-server if that process is alive, else None."""
+    try:
+        pid = int((folder / "redis.pid").read_text().strip())
+        os.kill(pid, 0)
+    except (OSError, ValueError):
+        return None
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return pid  # no /proc (not Linux): trust the pid file
+    return pid if b"redis-server" in command else None  # a reused pid is not our server
 
 
 def _start(folder: Path, socket: Path) -> redis.Redis:

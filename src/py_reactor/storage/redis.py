@@ -7,6 +7,7 @@ with EVALSHA, falling back to loading the script the first time a server has not
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Sequence
 from functools import cache
@@ -28,11 +29,18 @@ CONNECT_TIMEOUT = 5.0
 
 @cache
 def lua_source(name: str) -> str:
-    """The text of ``storage/lua/<name>.lua``."""
+    """The text of ``storage/lua/<name>.lua``, with its ``-- #include _<lib>`` lines inlined.
+
+    Redis runs each script alone, so code two scripts share (``_*.lua``) is pasted in here.
+    """
     try:
-        return (resources.files("py_reactor.storage") / "lua" / f"{name}.lua").read_text("utf-8")
+        text = (resources.files("py_reactor.storage") / "lua" / f"{name}.lua").read_text("utf-8")
     except FileNotFoundError:
         raise CoordinationError(f"py_reactor has no Lua script named {name!r}") from None
+    return _INCLUDE.sub(lambda match: lua_source(match.group(1)), text)
+
+
+_INCLUDE = re.compile(r"^-- #include (_\w+)$", re.MULTILINE)
 
 
 class RedisStore:
@@ -82,6 +90,8 @@ class RedisStore:
                 return self.client.evalsha(script.sha, len(keys), *keys, *args)
         except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
             raise self.unavailable(exc) from exc
+        except redis.RedisError as exc:  # reachable, but refused: OOM, READONLY, ...
+            raise self.refused(name, exc) from exc
 
     def wait_signal(self, key: str, timeout: float) -> str | None:
         """BLPOP ``key`` for up to ``timeout`` seconds (at least 1 ms)."""
@@ -89,6 +99,8 @@ class RedisStore:
             reply = self.client.blpop([key], timeout=max(timeout, 0.001))
         except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
             raise self.unavailable(exc) from exc
+        except redis.RedisError as exc:
+            raise self.refused("BLPOP", exc) from exc
         if reply is None:
             return None
         return str(reply[1])
@@ -99,6 +111,14 @@ class RedisStore:
             f"the coordination store at {self.description} is unreachable "
             f"({type(exc).__name__}: {exc}); nothing was taken and the protected work did not "
             "run. Check that Redis is running there, or fix configure(redis_url=...)"
+        )
+
+    def refused(self, what: str, exc: BaseException) -> StoreUnavailableError:
+        """The error that reports the store answering ``what`` with an error (``exc``)."""
+        return StoreUnavailableError(
+            f"the coordination store at {self.description} refused {what} "
+            f"({type(exc).__name__}: {exc}); nothing was taken and the protected work did not "
+            "run. Check the server (memory, replica read-only mode, its log)"
         )
 
     def __repr__(self) -> str:

@@ -30,6 +30,10 @@ local function keep(key, ms)
   end
 end
 if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
+  if member ~= '' then  -- another waiter of this owner was handed a slot: we share it
+    redis.call('ZREM', KEYS[3], member)
+    redis.call('HDEL', KEYS[4], member)
+  end
   local count = redis.call('HINCRBY', KEYS[2], ARGV[1], 1)
   redis.call('ZADD', KEYS[1], now + lease, ARGV[1])
   keep(KEYS[1], lease)
