@@ -96,7 +96,7 @@ def test_release_is_idempotent_and_free_when_not_due(
     claim.release(mark=False)
     claim.release(mark=True)
     assert not period.is_done()
-    assert not raw.exists(period.claim_key)
+    assert not raw.exists(period.claim_key(claim.bucket))
     period.claim().release(mark=True)
     not_due = period.claim()
     not_due.release(mark=False)
@@ -143,6 +143,23 @@ def test_numeric_bucket_rolls_over(store: Store, raw: redis.Redis, key: str) -> 
     second.release(mark=True)
 
 
+def test_a_claim_still_held_on_the_last_bucket_does_not_hold_up_the_next(
+    store: Store, raw: redis.Redis, key: str
+) -> None:
+    """A run still busy when its bucket ends leaves the next bucket free for another caller."""
+    left = 2 - server_now(raw) % 2
+    if left < 1:
+        time.sleep(left + 0.02)
+    slow = Period(key, every=2, wait=0, store=store).claim(owner="slow-run")
+    assert slow.due
+    time.sleep(2 - server_now(raw) % 2 + 0.02)  # the slow run goes on into the next bucket
+    nxt = Period(key, every=2, wait=0, store=store).claim(owner="next-run")
+    assert nxt.due, "the next bucket waited on the last bucket's claim"
+    assert nxt.bucket != slow.bucket
+    nxt.release(mark=True)
+    slow.release(mark=True)
+
+
 @pytest.mark.parametrize("every", CALENDAR)
 def test_calendar_marker(store: Store, raw: redis.Redis, key: str, every: str) -> None:
     """Each calendar bucket marks a key named by the UTC bucket id, expiring after the bucket."""
@@ -154,7 +171,7 @@ def test_calendar_marker(store: Store, raw: redis.Redis, key: str, every: str) -
     assert re.fullmatch(SHAPES[every], claim.bucket)
     assert claim.bucket in {expected_bucket(every, before)[0], expected_bucket(every, after)[0]}
     marker = period.marker_key(claim.bucket)
-    assert marker == f"py_reactor:period:{key}:{claim.bucket}"
+    assert marker == f"py_reactor:period:{key}:done:{claim.bucket}"
     assert raw.exists(marker)
     ends = expected_bucket(every, after)[1]
     assert 0 < raw.ttl(marker) <= ends - before + 60
@@ -296,11 +313,11 @@ def test_claim_is_kept_alive_past_its_lease(store: Store, raw: redis.Redis, key:
     period = Period(key, every="day", wait=0, lease=0.6, store=store)
     claim = period.claim()
     time.sleep(1.5)  # hold the claim longer than its lease
-    assert raw.pttl(period.claim_key) > 0
+    assert raw.pttl(period.claim_key(claim.bucket)) > 0
     with pytest.raises(CoordinationError):
         period.claim()
     claim.release(mark=False)
-    assert not raw.exists(period.claim_key)
+    assert not raw.exists(period.claim_key(claim.bucket))
 
 
 def _claim_and_die(url: str, key: str, ready: Any) -> None:

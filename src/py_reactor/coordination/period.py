@@ -106,7 +106,7 @@ class PeriodClaim:
         period = self._period
         remaining = self._store.run_script(
             _RELEASE,
-            [period.marker_key(self.bucket), period.claim_key, period.waiters_key],
+            [period.marker_key(self.bucket), period.claim_key(self.bucket), period.waiters_key],
             [self.owner, 1 if mark else 0, self._expire_at, _WAKE_PREFIX],
         )
         if int(remaining) < 0:
@@ -130,7 +130,7 @@ class PeriodClaim:
             return False
         period = self._period
         extended = self._store.run_script(
-            _EXTEND, [period.claim_key], [self.owner, period.lease_ms]
+            _EXTEND, [period.claim_key(self.bucket)], [self.owner, period.lease_ms]
         )
         return bool(extended)
 
@@ -193,17 +193,26 @@ class Period(UsesStore):
         self.lease = check_positive(where, "lease", lease)
         self.lease_ms = max(1, math.ceil(self.lease * 1000))
         self._store = store
-        self._prefix = namespaced("period", self.key)
-        self.claim_key = namespaced("period", self.key, "claim")
+        # Markers and claims are per bucket, under their own suffixes, so no user key can name
+        # another key's marker or claim.
+        self._prefix = namespaced("period", self.key, "done")
+        self._claim_prefix = namespaced("period", self.key, "claim")
         self.waiters_key = namespaced("period", self.key, "waiters")
         self._entered = threading.local()  # per thread: claims of the open ``with`` blocks
 
     def marker_key(self, bucket: str) -> str:
-        """The Redis key marking ``bucket`` done: ``py_reactor:period:<key>:<bucket>``."""
+        """The Redis key marking ``bucket`` done: ``py_reactor:period:<key>:done:<bucket>``."""
         return f"{self._prefix}:{bucket}"
 
+    def claim_key(self, bucket: str) -> str:
+        """The in-flight claim on ``bucket``: ``py_reactor:period:<key>:claim:<bucket>``.
+
+        Per bucket, so a run still busy with the last bucket never holds up the next one.
+        """
+        return f"{self._claim_prefix}:{bucket}"
+
     def _keys(self) -> list[str]:
-        return [self._prefix, self.claim_key, self.waiters_key]
+        return [self._prefix, self._claim_prefix, self.waiters_key]
 
     def is_done(self) -> bool:
         """Whether the current bucket is already marked done (one read-only round trip).

@@ -1,7 +1,8 @@
 -- Check or claim the current bucket of a period: the work runs once per bucket.
 --
--- KEYS[1]  marker prefix: py_reactor:period:<key>
--- KEYS[2]  claim: py_reactor:period:<key>:claim
+-- KEYS[1]  marker prefix: py_reactor:period:<key>:done (the marker is <prefix>:<bucket id>)
+-- KEYS[2]  claim prefix: py_reactor:period:<key>:claim (the claim is <prefix>:<bucket id>, so a
+--          claim still held on the last bucket never holds up the current one)
 -- KEYS[3]  waiters: py_reactor:period:<key>:waiters
 -- ARGV[1]  mode: 'check' (read only) or 'claim'
 -- ARGV[2]  every: 'minute', 'hour', 'day', 'week', 'month', 'year' or a number of seconds
@@ -25,7 +26,7 @@
 -- Keys touched:
 --   <prefix>:<bucket id>  string (the owner that marked it): the bucket's work is done;
 --                         expires 60 s after the bucket ends (written by period_release).
---   claim                 hash {owner, bucket, expire_at, count}: who is running this
+--   <claim prefix>:<bucket id>  hash {owner, bucket, expire_at, count}: who is running this
 --                         bucket's work; expires after the lease unless extended.
 --   waiters               sorted set of waiter ids, scored by the server time (ms) until
 --                         which each waits; expires with the last of them.
@@ -114,24 +115,25 @@ if done == 1 then
   return {0, bucket, expire_at, 0}
 end
 
+local claim = KEYS[2] .. ':' .. bucket
 local owner = ARGV[3]
-local holder = redis.call('HGET', KEYS[2], 'owner')
+local holder = redis.call('HGET', claim, 'owner')
 if not holder then
-  redis.call('HSET', KEYS[2], 'owner', owner, 'bucket', bucket, 'expire_at', expire_at,
+  redis.call('HSET', claim, 'owner', owner, 'bucket', bucket, 'expire_at', expire_at,
     'count', 1)
-  redis.call('PEXPIRE', KEYS[2], ARGV[4])
+  redis.call('PEXPIRE', claim, ARGV[4])
   if waiter ~= '' then
     redis.call('ZREM', KEYS[3], waiter)
   end
   return {1, bucket, expire_at, 1}
 end
 if holder == owner then
-  local count = redis.call('HINCRBY', KEYS[2], 'count', 1)
-  redis.call('PEXPIRE', KEYS[2], ARGV[4])
+  local count = redis.call('HINCRBY', claim, 'count', 1)
+  redis.call('PEXPIRE', claim, ARGV[4])
   if waiter ~= '' then
     redis.call('ZREM', KEYS[3], waiter)
   end
-  local held = redis.call('HMGET', KEYS[2], 'bucket', 'expire_at')
+  local held = redis.call('HMGET', claim, 'bucket', 'expire_at')
   return {1, held[1], tonumber(held[2]), count}
 end
 
@@ -143,4 +145,4 @@ if waiter ~= '' then
     redis.call('PEXPIRE', KEYS[3], stay_ms)
   end
 end
-return {2, bucket, expire_at, redis.call('PTTL', KEYS[2])}
+return {2, bucket, expire_at, redis.call('PTTL', claim)}

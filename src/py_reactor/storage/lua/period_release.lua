@@ -1,8 +1,8 @@
 -- Release a period claim: mark the claimed bucket done (on success), drop the claim (or one
 -- nesting level of it) and wake every waiter so it checks again.
 --
--- KEYS[1]  marker of the bucket recorded at claim time: py_reactor:period:<key>:<bucket id>
--- KEYS[2]  claim: py_reactor:period:<key>:claim
+-- KEYS[1]  marker of the bucket recorded at claim time: py_reactor:period:<key>:done:<bucket>
+-- KEYS[2]  claim: py_reactor:period:<key>:claim:<bucket id> (of the bucket claimed)
 -- KEYS[3]  waiters: py_reactor:period:<key>:waiters
 -- ARGV[1]  owner of the claim
 -- ARGV[2]  '1' to mark the bucket done, '0' not to
