@@ -596,3 +596,34 @@ def test_a_waiter_queued_behind_an_expired_hold_is_handed_the_lock_promptly(
     second.join(15)
     assert got["C"] >= released["B"]
     assert got["C"] - released["B"] < 0.5, "C was not woken by B's release"
+
+
+def _fork_child_holds(url: str, key: str, result: Any) -> None:
+    """Forked child: hold a short-ttl lock longer than its ttl, report whether it kept it."""
+    configure(redis_url=url)
+    with Lock(key, ttl=0.6) as hold:
+        time.sleep(1.5)
+        result.put(Lock(key).state().owner == hold.owner)
+
+
+def test_a_forked_child_keeps_extending_its_holds(
+    server_store: Store, redis_url: str, key: str
+) -> None:
+    """A child forked while the extender's lock is held gets its own extender, not a dead lock."""
+    from py_reactor.coordination._extender import _extender
+
+    context = multiprocessing.get_context("fork")
+    result = context.Queue()
+    child = context.Process(target=_fork_child_holds, args=(redis_url, key, result))
+    parent_hold = Lock(key + "-parent", ttl=0.3).acquire()  # the parent's extender is busy
+    try:
+        with _extender._changed:  # the worst moment to fork: the extender's lock is taken
+            child.start()
+        kept = result.get(timeout=20)
+        child.join(10)
+        assert kept, "the forked child's lock expired while it was held"
+        assert child.exitcode == 0
+    finally:
+        if child.is_alive():
+            child.kill()
+        parent_hold.release()

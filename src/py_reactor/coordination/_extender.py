@@ -106,7 +106,17 @@ class _Extender:
             self.forget(hold)
 
 
+    def reset_after_fork(self) -> None:
+        """In a forked child: fresh state and lock (the parent's thread did not come along, and
+        its lock may have been held at the moment of the fork)."""
+        self._live = {}
+        self._changed = threading.Condition()
+        self._tick = MAX_TICK
+        self._pid = -1
+
+
 _extender = _Extender()
+os.register_at_fork(after_in_child=_extender.reset_after_fork)
 
 
 def keep_alive(hold: Extendable, every: float) -> None:
