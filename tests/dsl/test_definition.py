@@ -755,3 +755,12 @@ def test_hook_function_names_are_not_extra_steps() -> None:
             return None
 
     assert Hooked.__py_reactor_order__ == ("x",)
+
+
+def test_bad_wiring_in_the_decorator_form_names_the_function() -> None:
+    """``@step(x=42)`` above a function is refused with a message naming that function."""
+    with pytest.raises(DefinitionError, match=r"@step\(\.\.\.\) on \S*charge_card: argument 'x'"):
+
+        @step(x=42)
+        def charge_card(x: int) -> int:
+            return x

@@ -103,8 +103,12 @@ def test_value_passes_any_constant_through() -> None:
 
 def test_bare_constant_is_not_a_source() -> None:
     """A bare constant as wiring is refused; only Input/Result/Value are sources."""
+
+    def uses(thing: int) -> int:
+        return thing
+
     with pytest.raises(DefinitionError, match=r"Value\(\.\.\.\)"):
-        step(thing=1)
+        step(thing=1)(uses)
 
 
 # -- self.inputs -------------------------------------------------------------------------------

@@ -105,7 +105,6 @@ class _Extender:
         else:
             self.forget(hold)
 
-
     def reset_after_fork(self) -> None:
         """In a forked child: fresh state and lock (the parent's thread did not come along, and
         its lock may have been held at the moment of the fork)."""

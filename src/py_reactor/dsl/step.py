@@ -179,25 +179,37 @@ def step(
     Raises:
         DefinitionError: a wiring value is not a source, or ``target`` is not a step.
     """
-    owner = "step()" if target is None else f"step({getattr(target, '__qualname__', target)!r})"
-    sources = normalize_wiring(owner, wiring)
-    waits = normalize_wait_for(owner, wait_for)
-
-    def build(fn: Any) -> StepDeclaration:
-        if isinstance(fn, StepDeclaration):
-            raise DefinitionError(f"{owner}: {fn!r} is already a step; apply @step once")
-        if isinstance(fn, type):
-            if issubclass(fn, Step):
-                return declare_class_step(fn, sources, waits)
-            raise DefinitionError(
-                f"{owner}: {fn.__qualname__} is not a Step subclass; use compose() for a reactor"
-                if getattr(fn, "__py_reactor_reactor__", False)
-                else f"{owner}: {fn.__qualname__} is not a Step subclass or a function"
-            )
-        if callable(fn):
-            return declare_inline_step(fn, sources, waits)
-        raise DefinitionError(f"{owner}: expected a Step subclass or a function, got {fn!r}")
-
     if target is None:
-        return build
-    return build(target)
+        # The decorator form: check the wiring once the function is known, so the message can
+        # name it. A value that is not even a function still gets a clear message below.
+        def decorate(fn: Any) -> StepDeclaration:
+            label = getattr(fn, "__qualname__", None)
+            where = "@step(...)" if label is None else f"@step(...) on {label}"
+            return _build(
+                fn, where, normalize_wiring(where, wiring), normalize_wait_for(where, wait_for)
+            )
+
+        return decorate
+    owner = f"step({getattr(target, '__qualname__', target)!r})"
+    return _build(
+        target, owner, normalize_wiring(owner, wiring), normalize_wait_for(owner, wait_for)
+    )
+
+
+def _build(
+    fn: Any, owner: str, sources: dict[str, Source], waits: tuple[str, ...]
+) -> StepDeclaration:
+    """The declaration for ``fn`` (a Step subclass or a function) with checked wiring."""
+    if isinstance(fn, StepDeclaration):
+        raise DefinitionError(f"{owner}: {fn!r} is already a step; apply @step once")
+    if isinstance(fn, type):
+        if issubclass(fn, Step):
+            return declare_class_step(fn, sources, waits)
+        raise DefinitionError(
+            f"{owner}: {fn.__qualname__} is not a Step subclass; use compose() for a reactor"
+            if getattr(fn, "__py_reactor_reactor__", False)
+            else f"{owner}: {fn.__qualname__} is not a Step subclass or a function"
+        )
+    if callable(fn):
+        return declare_inline_step(fn, sources, waits)
+    raise DefinitionError(f"{owner}: expected a Step subclass or a function, got {fn!r}")
