@@ -627,3 +627,37 @@ def test_a_forked_child_keeps_extending_its_holds(
         if child.is_alive():
             child.kill()
         parent_hold.release()
+
+
+def test_the_last_of_one_owners_parallel_holds_keeps_the_key_alive(store: Store, key: str) -> None:
+    """Two holds of one owner released out of order: the one left keeps extending the lock."""
+    first = Lock(key, ttl=0.3, owner="exec-P").acquire()
+    second = Lock(key, ttl=0.3, owner="exec-P").acquire()
+    first.release()  # the outer hold goes first
+    time.sleep(1.0)  # > 3 ttls: only auto-extension keeps the key
+    with pytest.raises(LockAcquisitionError):
+        Lock(key).acquire()
+    assert not second.lost
+    second.release()
+    Lock(key).acquire().release()
+
+
+def test_a_stale_hold_of_the_same_owner_cannot_release_a_newer_one(store: Store, key: str) -> None:
+    """A hold that expired does not free the lock its owner has since taken again."""
+    stale = Lock(key, ttl=0.3, auto_extend=False, owner="exec-S").acquire()
+    time.sleep(0.5)  # expired
+    fresh = Lock(key, ttl=30, owner="exec-S").acquire()
+    assert fresh.fencing_token > stale.fencing_token
+    stale.release()
+    assert stale.lost
+    assert Lock(key).state().owner == "exec-S"
+    with pytest.raises(LockAcquisitionError):
+        Lock(key).acquire()
+    fresh.release()
+
+
+def test_a_sub_millisecond_wait_never_blocks_forever(store: Store, key: str) -> None:
+    """BLPOP with a timeout under 1 ms (which Redis 6.2 reads as 'forever') returns promptly."""
+    started = time.monotonic()
+    assert store.wait_signal(f"py_reactor:wake:{key}", 0.0005) is None
+    assert time.monotonic() - started < 1.0

@@ -401,3 +401,35 @@ def test_two_waiters_of_one_owner_give_the_slot_back_after_both_release(
     assert sorted(done) == ["T1", "T2"]
     assert Semaphore(key, limit=1).state().held == 0
     Semaphore(key, limit=1).acquire().release()  # a fresh owner gets the slot at once
+
+
+def test_a_freed_slot_skips_a_waiter_whose_owner_already_holds_one(store: Store, key: str) -> None:
+    """A release hands its slot on past a queued waiter of an owner that already holds one."""
+    x = Semaphore(key, limit=2, owner="X").acquire()
+    y = Semaphore(key, limit=2, owner="Y").acquire()
+    got: dict[str, float] = {}
+
+    def wait_for_slot(name: str, owner: str) -> None:
+        with Semaphore(key, limit=2, wait=10, owner=owner):
+            got[name] = time.monotonic()
+            time.sleep(0.8)
+
+    threads = []
+    for number, (name, owner) in enumerate([("A", "O"), ("B", "O"), ("C", "Z")], start=1):
+        thread = threading.Thread(target=wait_for_slot, args=(name, owner))
+        thread.start()
+        threads.append(thread)
+        deadline = time.monotonic() + 10
+        while Semaphore(key, limit=2).state().waiters < number:
+            assert time.monotonic() < deadline, f"{name} never queued"
+            time.sleep(0.005)
+    x.release()  # handed to A: owner O now holds a slot
+    deadline = time.monotonic() + 10
+    while "A" not in got:
+        assert time.monotonic() < deadline, "A never got its slot"
+        time.sleep(0.005)
+    released = time.monotonic()
+    y.release()  # B's owner O already holds one: this slot must go on to C
+    for thread in threads:
+        thread.join(15)
+    assert got["C"] - released < 0.5, "the freed slot was not handed on to C"

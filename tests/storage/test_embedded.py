@@ -22,6 +22,7 @@ from py_reactor.errors import LockAcquisitionError, StoreUnavailableError
 from py_reactor.storage import current_store
 from py_reactor.storage.embedded import embedded_store, stop_embedded
 from py_reactor.storage.redis import RedisStore
+from tests._redis import PrivateRedis
 
 SPAWN = multiprocessing.get_context("spawn")
 
@@ -229,3 +230,14 @@ def test_a_running_server_that_does_not_answer_is_never_doubled(folder: str, key
         hidden.rename(socket)
     with Lock(key):  # reachable again: the same server serves
         assert _server_pid(current_store()) == pid
+
+
+def test_a_stale_pid_file_naming_another_redis_server_does_not_block_starting(
+    folder: str, key: str, private_redis: PrivateRedis
+) -> None:
+    """A leftover pid file whose pid now belongs to some other redis-server is not trusted."""
+    (Path(folder) / "redis.pid").write_text(f"{private_redis.process.pid}\n")
+    configure(embedded_dir=folder)
+    with Lock(key):
+        assert _server_pid(current_store()) != private_redis.process.pid
+    assert len(_servers_in(folder)) == 1

@@ -44,8 +44,8 @@ class Hold:
         lost: set when the store said the hold was no longer ours (it expired).
     """
 
-    __slots__ = ("_extend", "_keys", "_release", "_ttl_ms", "count", "key", "lost", "owner",
-                 "released", "store")  # fmt: skip
+    __slots__ = ("_check", "_extend", "_keys", "_release", "_ttl_ms", "count", "key", "lost",
+                 "owner", "released", "store")  # fmt: skip
 
     def __init__(
         self,
@@ -57,6 +57,7 @@ class Hold:
         scripts: tuple[str, str],
         keys: tuple[str, ...],
         ttl_ms: int,
+        check: tuple[int, ...] = (),
     ) -> None:
         self.store = store
         self.key = key
@@ -67,6 +68,7 @@ class Hold:
         self._release, self._extend = scripts
         self._keys = keys
         self._ttl_ms = ttl_ms
+        self._check = check  # extra release/extend arguments that identify this very hold
 
     def release(self) -> None:
         """Give up this hold (one round trip); the key frees when the outermost is released.
@@ -78,14 +80,16 @@ class Hold:
             return
         self.released = True
         forget(self)
-        if self.store.run_script(self._release, self._keys, (self.owner, WAKE_PREFIX)) == -1:
+        args: tuple[str | int, ...] = (self.owner, WAKE_PREFIX, *self._check)
+        if self.store.run_script(self._release, self._keys, args) == -1:
             self.lost = True
 
     def extend(self) -> bool:
         """Push the expiry out by the ttl again; False when the hold is no longer ours."""
         if self.released:
             return False
-        alive = bool(self.store.run_script(self._extend, self._keys, (self.owner, self._ttl_ms)))
+        args: tuple[str | int, ...] = (self.owner, self._ttl_ms, *self._check)
+        alive = bool(self.store.run_script(self._extend, self._keys, args))
         self.lost = not alive
         return alive
 

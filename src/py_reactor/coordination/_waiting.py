@@ -20,6 +20,10 @@ __all__ = ["new_waiter", "sleep_for", "take_or_wait", "wake_key"]
 #: Longest single sleep between checks while waiting (seconds): a safety net, not a poll.
 MAX_SLEEP = 2.0
 
+#: Shortest sleep worth a BLPOP (seconds). Redis 6.2 reads a timeout under about 1 ms as 0,
+#: which means "block forever", so a wait with less left than this retries without sleeping.
+MIN_SLEEP = 0.01
+
 
 def new_waiter() -> str:
     """A unique waiter id (no ``|``: queue members are ``<waiter>|<owner>|...``)."""
@@ -34,7 +38,7 @@ def wake_key(waiter: str) -> str:
 def sleep_for(remaining: float, busy_for_ms: int) -> float:
     """How long to block: until the wait ends, the holder's lease lapses, or ``MAX_SLEEP``."""
     lapse = busy_for_ms / 1000 + 0.005 if busy_for_ms > 0 else MAX_SLEEP
-    return max(0.001, min(remaining, lapse, MAX_SLEEP))
+    return max(MIN_SLEEP, min(remaining, lapse, MAX_SLEEP))
 
 
 def take_or_wait(
@@ -77,7 +81,7 @@ def take_or_wait(
             return int(count), int(token)
         busy_for = int(count)
         remaining = deadline - time.monotonic()
-        if remaining <= 0:
+        if remaining < MIN_SLEEP:  # too little left to sleep on: give up (or take a handoff)
             handed = store.run_script("wait_cancel", (*queue, wake), (member,))
             return (1, int(handed)) if handed else None
         signal = store.wait_signal(wake, sleep_for(remaining, busy_for))

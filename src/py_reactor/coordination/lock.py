@@ -106,7 +106,9 @@ class Lock(Acquirable["LockHold"]):
 
     def _held(self, store: Store, owner: str, count: int, token: int) -> LockHold:
         hold = LockHold(self, store, owner, int(token), int(count))
-        if self.auto_extend and count == 1:
+        if self.auto_extend:
+            # Every hold, not just the outermost: holds of one owner in several threads are
+            # released in any order, and the last one standing must keep the key alive.
             keep_alive(hold, max(self.ttl / 3, 0.01))
         return hold
 
@@ -157,6 +159,7 @@ class LockHold(Hold):
             scripts=("lock_release", "lock_extend"),
             keys=lock._keys,
             ttl_ms=lock._ttl_ms,
+            check=(token,),
         )
         self.fencing_token = token
 

@@ -61,8 +61,7 @@ class PeriodClaim:
         key: the period's key.
         due: True if the caller holds the claim and must do the work (then ``release`` it);
             False if the bucket is already done (nothing is held).
-        bucket: the bucket id, e.g. ``"2024-05-01"`` (for a re-entrant claim, the bucket
-            recorded when the claim was first taken).
+        bucket: the bucket id, e.g. ``"2024-05-01"``.
         owner: who holds the claim.
         released: True once released (always True for a claim that is not due).
     """
@@ -233,7 +232,10 @@ class Period(UsesStore):
         One atomic script checks the marker and takes the claim. If another owner holds the
         claim, waits (up to ``wait`` seconds) to be woken when it is released, then checks
         again: the bucket is then done (not due) or the claimant failed (due). The same owner
-        claiming again nests (re-entrant) and must release as often.
+        claiming the same bucket again nests (re-entrant) and must release as often; claims
+        are per bucket, so a claim made after the bucket rolled over is a claim on the new
+        bucket, not a nested one. (A reactor run's nested declarations never reach this: the
+        run notes the claim it holds and does not claim again.)
 
         Args:
             owner: who claims; None uses the running execution's root id, else a fresh id.

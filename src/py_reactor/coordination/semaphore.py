@@ -96,8 +96,7 @@ class Semaphore(Acquirable["SemaphoreHold"]):
                 key=self.key,
             )
         hold = SemaphoreHold(self, store, owner, taken[0])
-        if taken[0] == 1:
-            keep_alive(hold, max(self.lease / 3, 0.01))
+        keep_alive(hold, max(self.lease / 3, 0.01))  # every hold: they may end in any order
         return hold
 
     def state(self) -> SemaphoreState:

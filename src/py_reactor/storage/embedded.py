@@ -185,11 +185,17 @@ def _server_pid(folder: Path) -> int | None:
         os.kill(pid, 0)
     except (OSError, ValueError):
         return None
+    if not Path("/proc/self").exists():
+        return pid  # no /proc (not Linux): trust the pid file
     try:
         command = Path(f"/proc/{pid}/cmdline").read_bytes()
+        cwd = os.readlink(f"/proc/{pid}/cwd")
     except OSError:
-        return pid  # no /proc (not Linux): trust the pid file
-    return pid if b"redis-server" in command else None  # a reused pid is not our server
+        return None  # gone, or a zombie waiting to be reaped
+    # A reused pid, even another redis-server's, is not ours: ours works in this folder.
+    if b"redis-server" not in command or cwd != os.path.realpath(folder):
+        return None
+    return pid
 
 
 def _start(folder: Path, socket: Path) -> redis.Redis:

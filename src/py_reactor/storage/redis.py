@@ -94,9 +94,10 @@ class RedisStore:
             raise self.refused(name, exc) from exc
 
     def wait_signal(self, key: str, timeout: float) -> str | None:
-        """BLPOP ``key`` for up to ``timeout`` seconds (at least 1 ms)."""
+        """BLPOP ``key`` for up to ``timeout`` seconds (at least 10 ms: Redis 6.2 reads a
+        timeout under about 1 ms as 0, "block forever")."""
         try:
-            reply = self.client.blpop([key], timeout=max(timeout, 0.001))
+            reply = self.client.blpop([key], timeout=max(timeout, 0.01))
         except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
             raise self.unavailable(exc) from exc
         except redis.RedisError as exc:

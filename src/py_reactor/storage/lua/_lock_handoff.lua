@@ -27,7 +27,8 @@ local function hand_off(hold, queue, deadlines, wake_prefix, prev_token, t)
       redis.call('PEXPIRE', hold, ttl)
       local wake = wake_prefix .. waiter
       redis.call('RPUSH', wake, token)
-      redis.call('PEXPIRE', wake, deadline - now_ms + 1000)
+      -- Outlive the handed hold: a waiter that reads it late must still learn it holds the key.
+      redis.call('PEXPIRE', wake, deadline - now_ms + tonumber(ttl) + 1000)
       return member
     end
   end

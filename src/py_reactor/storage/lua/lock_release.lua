@@ -2,12 +2,13 @@
 -- KEYS[1] hold      hash {owner, count, token, waiting}
 -- KEYS[2] queue     zset of waiters, member "<waiter>|<owner>|<ttl_ms>", score = enqueue time
 -- KEYS[3] deadlines hash member -> server ms after which the waiter has given up
--- ARGV[1] owner; ARGV[2] wake-key prefix ("py_reactor:wake:")
+-- ARGV[1] owner; ARGV[2] wake-key prefix ("py_reactor:wake:"); ARGV[3] the hold's fencing
+-- token (a stale hold of the same owner, whose key expired and was taken again, frees nothing)
 -- Writes on handoff: the hold (new owner, count 1, new token) and LIST <prefix><waiter> = token
 -- Returns the remaining count (> 0: still held by ARGV[1]), 0 when released, -1 when not held
 -- #include _lock_handoff
 local h = redis.call('HMGET', KEYS[1], 'owner', 'count', 'token', 'waiting')
-if h[1] ~= ARGV[1] then
+if h[1] ~= ARGV[1] or (ARGV[3] and tonumber(h[3]) ~= tonumber(ARGV[3])) then
   return -1
 end
 if tonumber(h[2]) > 1 then

@@ -2,7 +2,8 @@
 -- KEYS[1] holders zset owner -> lease expiry; KEYS[2] counts hash owner -> nesting count
 -- KEYS[3] queue zset of waiters "<waiter>|<owner>|<lease_ms>"; KEYS[4] deadlines hash
 -- ARGV[1] owner; ARGV[2] wake-key prefix ("py_reactor:wake:")
--- Writes on handoff: the new holder's lease and count, LIST <prefix><waiter> = "1"
+-- Writes on handoff: the new holder's lease and count, LIST <prefix><waiter> = "1" (a waiter
+-- whose owner already holds a slot re-enters it, and the freed slot goes on to the next)
 -- Returns the remaining count (> 0: still held), 0 when released, -1 when not held
 if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
   return -1
@@ -29,6 +30,8 @@ while true do
   redis.call('HDEL', KEYS[4], member)
   if deadline > now_ms then
     local waiter, owner, lease = string.match(member, '^([^|]+)|(.*)|(%d+)$')
+    -- An owner that already holds a slot re-enters it without taking the freed one.
+    local had_slot = redis.call('ZSCORE', KEYS[1], owner)
     redis.call('ZADD', KEYS[1], now_ms + tonumber(lease), owner)
     redis.call('HINCRBY', KEYS[2], owner, 1)
     if redis.call('PTTL', KEYS[1]) < tonumber(lease) then
@@ -37,7 +40,10 @@ while true do
     end
     local wake = ARGV[2] .. waiter
     redis.call('RPUSH', wake, '1')
-    redis.call('PEXPIRE', wake, deadline - now_ms + 1000)
-    return 0
+    -- Outlive the handed slot's lease: a waiter that reads it late must still learn it holds.
+    redis.call('PEXPIRE', wake, deadline - now_ms + tonumber(lease) + 1000)
+    if not had_slot then
+      return 0  -- the freed slot is taken; otherwise hand it on to the next waiter
+    end
   end
 end
