@@ -661,3 +661,24 @@ def test_a_sub_millisecond_wait_never_blocks_forever(store: Store, key: str) -> 
     started = time.monotonic()
     assert store.wait_signal(f"py_reactor:wake:{key}", 0.0005) is None
     assert time.monotonic() - started < 1.0
+
+
+class _InterruptedAfterHandoff(_WakeMissed):
+    """A real store whose first ``wait_signal`` lets the holder release (handing the lock to
+    the waiter) and then raises, as a Ctrl-C during the waiter's BLPOP would."""
+
+    def wait_signal(self, key: str, timeout: float) -> str | None:
+        self.meanwhile()
+        raise KeyboardInterrupt
+
+
+def test_an_interrupted_waiter_gives_back_a_lock_it_was_handed(store: Store, key: str) -> None:
+    """A wait cut short after a handoff leaves the lock free, not held until its ttl."""
+    holder = Lock(key, ttl=30).acquire()
+    waiting = Lock(key, ttl=30, wait=5, store=_InterruptedAfterHandoff(store, holder.release))
+    with pytest.raises(KeyboardInterrupt):
+        waiting.acquire()
+    state = Lock(key).state()
+    assert state.owner is None, f"the interrupted waiter's handed lock is stranded: {state}"
+    assert state.waiters == 0
+    Lock(key).acquire().release()

@@ -10,7 +10,9 @@ is noticed when its lease runs out.
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Callable
 
 from py_reactor.coordination.owner import new_owner
 from py_reactor.coordination.store import NAMESPACE, Store
@@ -51,6 +53,7 @@ def take_or_wait(
     owner: str,
     ttl_ms: int,
     wait: float,
+    give_back: Callable[[int], object],
 ) -> tuple[int, int] | None:
     """Run an acquire ``script`` and, while busy, wait to be handed the key.
 
@@ -60,6 +63,10 @@ def take_or_wait(
     and deadlines keys) and the waiter's wake list as its last key, so a retry that comes after
     a handoff takes the handed hold instead of re-entering it.
     Returns ``(count, token)`` once held, None when ``wait`` ran out.
+
+    If the wait is interrupted (Ctrl-C, a store error), the waiter leaves the queue; a key it
+    was handed meanwhile is given straight back with ``give_back(token)``, so it is not
+    stranded until its ttl with an owner who no longer wants it.
     """
     # First the smallest call the script accepts: an uncontended acquire is just this, even
     # when the caller would wait. Only a busy key pays for joining the queue.
@@ -71,6 +78,28 @@ def take_or_wait(
     member = f"{waiter}|{owner}|{ttl_ms}"
     wake = wake_key(waiter)
     wait_keys = (*keys, *queue, wake)
+    try:
+        return _wait(store, script, wait_keys, args, queue, member, wake, wait, deadline)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            handed = store.run_script("wait_cancel", (*queue, wake), (member,))
+            if handed:
+                give_back(int(handed))
+        raise
+
+
+def _wait(
+    store: Store,
+    script: str,
+    wait_keys: tuple[str, ...],
+    args: tuple[str | int, ...],
+    queue: tuple[str, ...],
+    member: str,
+    wake: str,
+    wait: float,
+    deadline: float,
+) -> tuple[int, int] | None:
+    """The queued part of ``take_or_wait``: retry, sleep on the wake list, give up in time."""
     retry = 0  # the first queued attempt cannot have been handed anything: the script skips that
     while True:
         held, count, token = store.run_script(

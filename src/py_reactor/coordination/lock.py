@@ -16,7 +16,7 @@ import threading
 from dataclasses import dataclass
 
 from py_reactor.coordination import _options as opt
-from py_reactor.coordination._base import Acquirable, Hold
+from py_reactor.coordination._base import WAKE_PREFIX, Acquirable, Hold
 from py_reactor.coordination._extender import keep_alive
 from py_reactor.coordination._waiting import take_or_wait
 from py_reactor.coordination.owner import owner_or_new
@@ -98,6 +98,9 @@ class Lock(Acquirable["LockHold"]):
         store = self.store
         taken = take_or_wait(
             store, "lock_acquire", self._keys[:1], (owner, self._ttl_ms), queue=self._keys[1:3],
+            give_back=lambda token: store.run_script(
+                "lock_release", self._keys, (owner, WAKE_PREFIX, token)
+            ),
             owner=owner, ttl_ms=self._ttl_ms, wait=wait,
         )  # fmt: skip
         if taken is None:

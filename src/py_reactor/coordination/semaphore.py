@@ -13,7 +13,7 @@ import threading
 from dataclasses import dataclass
 
 from py_reactor.coordination import _options as opt
-from py_reactor.coordination._base import Acquirable, Hold
+from py_reactor.coordination._base import WAKE_PREFIX, Acquirable, Hold
 from py_reactor.coordination._extender import keep_alive
 from py_reactor.coordination._waiting import take_or_wait
 from py_reactor.coordination.owner import owner_or_new
@@ -85,6 +85,9 @@ class Semaphore(Acquirable["SemaphoreHold"]):
         taken = take_or_wait(
             store, "semaphore_acquire", self._keys[:2], (owner, self.limit, self._lease_ms),
             queue=self._keys[2:4],
+            give_back=lambda _: store.run_script(
+                "semaphore_release", self._keys, (owner, WAKE_PREFIX)
+            ),
             owner=owner, ttl_ms=self._lease_ms, wait=wait,
         )  # fmt: skip
         if taken is None:
