@@ -15,6 +15,7 @@ from __future__ import annotations
 import fcntl
 import os
 import subprocess
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -92,42 +93,51 @@ class EmbeddedStore(RedisStore):
     def __init__(self, folder: Path) -> None:
         self.folder = folder
         self.socket = folder / "redis.sock"
+        self._restarting = threading.Lock()
         super().__init__(
             _ensure(folder, self.socket), f"the embedded Redis at unix://{self.socket}"
         )
 
     def run_script(self, name: str, keys: Sequence[str], args: Sequence[str | int | float]) -> Any:
         """Run script ``name``; if the server is gone, start a new one and retry once."""
+        client = self.client
         try:
             return super().run_script(name, keys, args)
         except StoreUnavailableError:
-            if name.endswith(_NO_RESTART_SUFFIXES) or not self._restarted():
+            if name.endswith(_NO_RESTART_SUFFIXES) or not self._restarted(client):
                 raise
             return super().run_script(name, keys, args)
 
     def wait_signal(self, key: str, timeout: float) -> str | None:
         """BLPOP ``key``; if the server is gone, start a new one and retry once."""
+        client = self.client
         try:
             return super().wait_signal(key, timeout)
         except StoreUnavailableError:
-            if not self._restarted():
+            if not self._restarted(client):
                 raise
             return super().wait_signal(key, timeout)
 
-    def _restarted(self) -> bool:
-        """Start a new server if (and only if) the old one is gone; whether one was started.
+    def _restarted(self, failed: redis.Redis) -> bool:
+        """Start a new server if (and only if) the old one is gone; whether to try again.
+
+        ``failed`` is the client the call failed on: if another thread already replaced it,
+        the call is tried again on the new server without starting yet another.
 
         A server that still runs but failed one call (a dropped connection, maxclients) is
         never replaced, and the call is not repeated: it may have run already, and a second
         server would split the state that processes exclude each other through.
         """
-        if not self.folder.is_dir() or _server_pid(self.folder) is not None:
-            return False
-        old = self.client
-        self.client = _ensure(self.folder, self.socket)
-        self._scripts.clear()
-        old.close()
-        return True
+        with self._restarting:  # threads that failed together restart (and reconnect) once
+            if self.client is not failed:
+                return True  # another thread restarted it meanwhile
+            if not self.folder.is_dir() or _server_pid(self.folder) is not None:
+                return False
+            old = self.client
+            self.client = _ensure(self.folder, self.socket)
+            self._scripts.clear()
+            old.close()
+            return True
 
     def unavailable(self, exc: BaseException) -> StoreUnavailableError:
         """The error that reports the embedded server unreachable because of ``exc``."""
