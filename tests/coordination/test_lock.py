@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import functools
-import hashlib
 import itertools
 import multiprocessing
 import os
 import signal
 import threading
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -24,22 +22,14 @@ from py_reactor.coordination.owner import current_owner
 from py_reactor.coordination.store import Store
 from py_reactor.errors import DefinitionError, LockAcquisitionError
 from py_reactor.storage import current_store
-from py_reactor.storage.redis import RedisStore, lua_source
+from py_reactor.storage.redis import RedisStore
 from tests._redis import PrivateRedis
+from tests.coordination._helpers import WakeMissed, client_commands, sha, until
 
 SPAWN = multiprocessing.get_context("spawn")
 
 
 # ----------------------------------------------------------------------------- helpers
-
-
-def _until(condition: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
-    """Block until ``condition()`` holds (state only visible in Redis), or fail naming ``what``."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.002)
 
 
 def _settings() -> dict[str, Any]:
@@ -103,70 +93,6 @@ def _hold_until_killed(settings: dict[str, Any], key: str, ttl: float, ready: An
     hold.release()
 
 
-class _WakeMissed:
-    """A real store whose first ``wait_signal`` returns as a BLPOP that just timed out would.
-
-    Before returning, it runs ``meanwhile`` (the holder's release), so the release lands in the
-    gap between the waiter's sleep timing out and its next acquire attempt: a window every
-    waiter opens each time its capped sleep (at most 2 s, or the holder's lease) runs out.
-    Everything else goes to the real Redis.
-    """
-
-    def __init__(self, inner: Store, meanwhile: Callable[[], None]) -> None:
-        self.inner = inner
-        self.description = inner.description
-        self.meanwhile = meanwhile
-        self.missed = False
-
-    def run_script(self, name: str, keys: Sequence[str], args: Sequence[str | int | float]) -> Any:
-        return self.inner.run_script(name, keys, args)
-
-    def wait_signal(self, key: str, timeout: float) -> str | None:
-        if not self.missed:
-            self.missed = True
-            self.meanwhile()
-            return None
-        return self.inner.wait_signal(key, timeout)
-
-
-def _client_commands(
-    url: str, store: Store, key: str, operation: Callable[[], None]
-) -> tuple[list[str], dict[str, int]]:
-    """The commands sent while ``operation`` ran by ``store``'s connection or naming ``key``
-    (read with MONITOR: commands run inside a script are not sent), and INFO commandstats."""
-    assert isinstance(store, RedisStore)
-    marker = uuid.uuid4().hex
-    store.client.client_setname(f"rt-{marker}")
-    with (
-        redis.Redis.from_url(url, decode_responses=True, socket_timeout=10) as admin,
-        redis.Redis.from_url(url, decode_responses=True, socket_timeout=10) as watcher,
-        watcher.monitor() as monitor,
-    ):
-        named = {entry["addr"] for entry in admin.client_list() if entry["name"] == f"rt-{marker}"}
-        admin.echo(f"start:{marker}")
-        admin.config_resetstat()
-        operation()
-        stats = admin.info("commandstats")
-        admin.echo(f"end:{marker}")
-        sent: list[str] = []
-        started = False
-        for entry in monitor.listen():
-            command = entry["command"]
-            origin = f"{entry['client_address']}:{entry['client_port']}"
-            if command == f"ECHO start:{marker}":
-                started = True
-            elif command == f"ECHO end:{marker}":
-                break
-            elif started and entry["client_type"] != "lua" and (origin in named or key in command):
-                sent.append(command)
-    calls = {name.removeprefix("cmdstat_"): int(value["calls"]) for name, value in stats.items()}
-    return sent, calls
-
-
-def _sha(script: str) -> str:
-    return hashlib.sha1(lua_source(script).encode()).hexdigest()
-
-
 # ----------------------------------------------------------------------------- basics
 
 
@@ -213,7 +139,7 @@ def test_waiter_is_handed_the_lock_promptly_with_a_larger_token(store: Store, ke
     lock = Lock(key, ttl=60)
     holder = lock.acquire()
     thread, box = _in_thread(lambda: Lock(key, wait=5).acquire())
-    _until(lambda: lock.state().waiters == 1, "the waiter to queue")
+    until(lambda: lock.state().waiters == 1, "the waiter to queue")
     released_at = time.monotonic()
     holder.release()
     _join([thread])
@@ -363,7 +289,7 @@ def test_state_reports_owner_count_token_ttl_and_waiters(store: Store, key: str)
         assert state.ttl is not None
         assert 25 < state.ttl <= 30
         thread, box = _in_thread(lambda: Lock(key, wait=5, owner="waiter").acquire())
-        _until(lambda: lock.state().waiters == 1, "the waiter to queue")
+        until(lambda: lock.state().waiters == 1, "the waiter to queue")
     _join([thread])
     waiter: LockHold = box["result"]
     state = lock.state()
@@ -391,7 +317,7 @@ def test_waiters_are_served_in_arrival_order(store: Store, key: str) -> None:
         thread.start()
         threads.append(thread)
         queued = number + 1
-        _until(lambda: lock.state().waiters == queued, f"waiter {number} to queue")
+        until(lambda: lock.state().waiters == queued, f"waiter {number} to queue")
     holder.release()
     _join(threads)
     assert order == [0, 1, 2, 3, 4]
@@ -404,7 +330,7 @@ def test_a_release_during_a_waiters_timed_out_sleep_still_hands_it_one_hold(
     # The retry must not count as re-entering the hold it was just handed: count 1, and a
     # single release frees the key (else the key stays held, un-extended, until its ttl).
     holder = Lock(key, ttl=30).acquire()
-    waiting = Lock(key, ttl=30, wait=5, store=_WakeMissed(store, holder.release))
+    waiting = Lock(key, ttl=30, wait=5, store=WakeMissed(store, holder.release))
     hold = waiting.acquire()
     hold.release()
     state = Lock(key).state()
@@ -446,10 +372,10 @@ def test_uncontended_acquire_and_release_are_two_round_trips(
         with lock:
             pass
 
-    sent, calls = _client_commands(private_redis.url, server_store, key, acquire_and_release)
+    sent, calls = client_commands(private_redis.url, server_store, key, acquire_and_release)
     assert [command.split()[:2] for command in sent] == [
-        ["EVALSHA", _sha("lock_acquire")],
-        ["EVALSHA", _sha("lock_release")],
+        ["EVALSHA", sha("lock_acquire")],
+        ["EVALSHA", sha("lock_release")],
     ], sent
     assert calls.get("evalsha", 0) >= 2  # server-wide: other clients may add to it
     assert "eval" not in calls  # no fallback to sending the script text
@@ -561,7 +487,7 @@ def test_two_waiters_of_one_owner_leave_the_lock_free_after_both_release(
     threads = [threading.Thread(target=wait_and_hold, args=(name,)) for name in ("T1", "T2")]
     for number, thread in enumerate(threads, start=1):
         thread.start()
-        _until(lambda n=number: Lock(key).state().waiters == n, f"{number} queued waiter(s)")
+        until(lambda n=number: Lock(key).state().waiters == n, f"{number} queued waiter(s)")
     blocker.release()
     for thread in threads:
         thread.join(15)
@@ -589,9 +515,9 @@ def test_a_waiter_queued_behind_an_expired_hold_is_handed_the_lock_promptly(
     first = threading.Thread(target=waiter, args=("B", 0.1))
     second = threading.Thread(target=waiter, args=("C", 0.0))
     first.start()
-    _until(lambda: Lock(key).state().waiters == 1, "B queued")
+    until(lambda: Lock(key).state().waiters == 1, "B queued")
     second.start()
-    _until(lambda: Lock(key).state().waiters == 2, "C queued")
+    until(lambda: Lock(key).state().waiters == 2, "C queued")
     first.join(15)
     second.join(15)
     assert got["C"] >= released["B"]
@@ -663,7 +589,7 @@ def test_a_sub_millisecond_wait_never_blocks_forever(store: Store, key: str) -> 
     assert time.monotonic() - started < 1.0
 
 
-class _InterruptedAfterHandoff(_WakeMissed):
+class _InterruptedAfterHandoff(WakeMissed):
     """A real store whose first ``wait_signal`` lets the holder release (handing the lock to
     the waiter) and then raises, as a Ctrl-C during the waiter's BLPOP would."""
 

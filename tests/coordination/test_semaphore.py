@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import hashlib
 import multiprocessing
 import os
 import signal
 import threading
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -20,22 +18,13 @@ from py_reactor.config import get_config
 from py_reactor.coordination import Semaphore, SemaphoreHold, SemaphoreState
 from py_reactor.coordination.store import Store
 from py_reactor.errors import DefinitionError, SemaphoreAcquisitionError
-from py_reactor.storage.redis import RedisStore, lua_source
 from tests._redis import PrivateRedis
+from tests.coordination._helpers import WakeMissed, client_commands, sha, until
 
 SPAWN = multiprocessing.get_context("spawn")
 
 
 # ----------------------------------------------------------------------------- helpers
-
-
-def _until(condition: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
-    """Block until ``condition()`` holds (state only visible in Redis), or fail naming ``what``."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.002)
 
 
 def _settings() -> dict[str, Any]:
@@ -75,69 +64,6 @@ def _hold_slot_until_killed(settings: dict[str, Any], key: str, lease: float, re
     ready.set()
     threading.Event().wait(60)
     hold.release()
-
-
-class _WakeMissed:
-    """A real store whose first ``wait_signal`` returns as a BLPOP that just timed out would.
-
-    Before returning, it runs ``meanwhile`` (the holder's release), so the release lands in the
-    gap between the waiter's sleep timing out and its next acquire attempt. Everything else
-    goes to the real Redis.
-    """
-
-    def __init__(self, inner: Store, meanwhile: Callable[[], None]) -> None:
-        self.inner = inner
-        self.description = inner.description
-        self.meanwhile = meanwhile
-        self.missed = False
-
-    def run_script(self, name: str, keys: Sequence[str], args: Sequence[str | int | float]) -> Any:
-        return self.inner.run_script(name, keys, args)
-
-    def wait_signal(self, key: str, timeout: float) -> str | None:
-        if not self.missed:
-            self.missed = True
-            self.meanwhile()
-            return None
-        return self.inner.wait_signal(key, timeout)
-
-
-def _client_commands(
-    url: str, store: Store, key: str, operation: Callable[[], None]
-) -> tuple[list[str], dict[str, int]]:
-    """The commands sent while ``operation`` ran by ``store``'s connection or naming ``key``
-    (read with MONITOR: commands run inside a script are not sent), and INFO commandstats."""
-    assert isinstance(store, RedisStore)
-    marker = uuid.uuid4().hex
-    store.client.client_setname(f"rt-{marker}")
-    with (
-        redis.Redis.from_url(url, decode_responses=True, socket_timeout=10) as admin,
-        redis.Redis.from_url(url, decode_responses=True, socket_timeout=10) as watcher,
-        watcher.monitor() as monitor,
-    ):
-        named = {entry["addr"] for entry in admin.client_list() if entry["name"] == f"rt-{marker}"}
-        admin.echo(f"start:{marker}")
-        admin.config_resetstat()
-        operation()
-        stats = admin.info("commandstats")
-        admin.echo(f"end:{marker}")
-        sent: list[str] = []
-        started = False
-        for entry in monitor.listen():
-            command = entry["command"]
-            origin = f"{entry['client_address']}:{entry['client_port']}"
-            if command == f"ECHO start:{marker}":
-                started = True
-            elif command == f"ECHO end:{marker}":
-                break
-            elif started and entry["client_type"] != "lua" and (origin in named or key in command):
-                sent.append(command)
-    calls = {name.removeprefix("cmdstat_"): int(value["calls"]) for name, value in stats.items()}
-    return sent, calls
-
-
-def _sha(script: str) -> str:
-    return hashlib.sha1(lua_source(script).encode()).hexdigest()
 
 
 # ----------------------------------------------------------------------------- limits
@@ -211,7 +137,7 @@ def test_a_waiter_is_handed_a_freed_slot_promptly(store: Store, key: str) -> Non
     semaphore = Semaphore(key, limit=1)
     holder = semaphore.acquire()
     thread, box = _in_thread(lambda: Semaphore(key, limit=1, wait=5).acquire())
-    _until(lambda: semaphore.state().waiters == 1, "the waiter to queue")
+    until(lambda: semaphore.state().waiters == 1, "the waiter to queue")
     released_at = time.monotonic()
     holder.release()
     _join([thread])
@@ -257,7 +183,7 @@ def test_waiters_are_served_in_arrival_order(store: Store, key: str) -> None:
         thread.start()
         threads.append(thread)
         queued = number + 1
-        _until(lambda: semaphore.state().waiters == queued, f"waiter {number} to queue")
+        until(lambda: semaphore.state().waiters == queued, f"waiter {number} to queue")
     holder.release()
     _join(threads)
     assert order == [0, 1, 2, 3]
@@ -269,7 +195,7 @@ def test_state_counts_holders_and_waiters(store: Store, key: str) -> None:
     assert semaphore.state() == SemaphoreState(held=0, waiters=0)
     first, second = semaphore.acquire(), semaphore.acquire()
     thread, box = _in_thread(lambda: Semaphore(key, limit=2, wait=5).acquire())
-    _until(lambda: semaphore.state().waiters == 1, "the waiter to queue")
+    until(lambda: semaphore.state().waiters == 1, "the waiter to queue")
     assert semaphore.state() == SemaphoreState(held=2, waiters=1)
     first.release()
     _join([thread])
@@ -297,7 +223,7 @@ def test_a_release_during_a_waiters_timed_out_sleep_still_hands_it_one_slot(
     # The retry must not count as re-entering the slot it was just handed: count 1, and a
     # single release frees the slot (else it stays taken, un-renewed, until its lease lapses).
     holder = Semaphore(key, limit=1).acquire()
-    waiting = Semaphore(key, limit=1, wait=5, store=_WakeMissed(store, holder.release))
+    waiting = Semaphore(key, limit=1, wait=5, store=WakeMissed(store, holder.release))
     hold = waiting.acquire()
     hold.release()
     state = Semaphore(key, limit=1).state()
@@ -366,10 +292,10 @@ def test_acquire_and_release_are_two_round_trips(
         with semaphore:
             pass
 
-    sent, calls = _client_commands(private_redis.url, server_store, key, acquire_and_release)
+    sent, calls = client_commands(private_redis.url, server_store, key, acquire_and_release)
     assert [command.split()[:2] for command in sent] == [
-        ["EVALSHA", _sha("semaphore_acquire")],
-        ["EVALSHA", _sha("semaphore_release")],
+        ["EVALSHA", sha("semaphore_acquire")],
+        ["EVALSHA", sha("semaphore_release")],
     ], sent
     assert calls.get("evalsha", 0) >= 2  # server-wide: other clients may add to it
     assert "eval" not in calls  # no fallback to sending the script text
