@@ -359,3 +359,48 @@ def test_a_freed_slot_skips_a_waiter_whose_owner_already_holds_one(store: Store,
     for thread in threads:
         thread.join(15)
     assert got["C"] - released < 0.5, "the freed slot was not handed on to C"
+
+
+class _SlowToRetry:
+    """A real store whose waiter, woken by its timer, takes ``delay`` seconds to try again."""
+
+    def __init__(self, inner: Store, delay: float) -> None:
+        self.inner = inner
+        self.description = inner.description
+        self.delay = delay
+
+    def run_script(self, name: str, keys: Sequence[str], args: Sequence[str | int | float]) -> Any:
+        return self.inner.run_script(name, keys, args)
+
+    def wait_signal(self, key: str, timeout: float) -> str | None:
+        signal = self.inner.wait_signal(key, timeout)
+        if signal is None:
+            time.sleep(self.delay)
+        return signal
+
+
+def test_a_slot_freed_by_a_lapsed_lease_goes_to_the_oldest_waiter(store: Store, key: str) -> None:
+    """When a dead holder's lease lapses, the oldest waiter gets the slot, even if slow to ask."""
+    from py_reactor.coordination._extender import forget
+
+    dead = Semaphore(key, limit=1, lease=0.5).acquire()
+    forget(dead)  # its process "died": nothing extends the lease any more
+    order: list[str] = []
+
+    def wait_for_slot(name: str, semaphore: Semaphore) -> None:
+        with semaphore.acquire():
+            order.append(name)
+            time.sleep(0.05)
+
+    first = threading.Thread(
+        target=wait_for_slot,
+        args=("B", Semaphore(key, limit=1, wait=10, store=_SlowToRetry(store, 0.3))),
+    )
+    second = threading.Thread(target=wait_for_slot, args=("C", Semaphore(key, limit=1, wait=10)))
+    first.start()
+    until(lambda: Semaphore(key, limit=1).state().waiters == 1, "B queued")
+    second.start()
+    until(lambda: Semaphore(key, limit=1).state().waiters == 2, "C queued")
+    first.join(15)
+    second.join(15)
+    assert order == ["B", "C"], f"the slot went out of turn: {order}"

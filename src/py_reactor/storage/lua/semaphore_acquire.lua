@@ -8,9 +8,15 @@
 -- ARGV[5] wait_ms; ARGV[6] "1" when retrying after a sleep (only then can we be queued or
 -- handed a slot)
 -- Returns {1, count, 0} when held, {0, ms until the soonest lease lapses, 0} when all are taken
--- A caller that will not wait passes only KEYS[1..2] and ARGV[1..3].
+-- A caller that will not wait passes only KEYS[1..2] and ARGV[1..3]; the queue's names are then
+-- derived from KEYS[1] (".../holders" -> ".../queue").
+-- Slots that lease lapses freed (their holders died) go to the oldest live waiters first.
+-- #include _semaphore_handoff
 local member = ARGV[4] or ''
 local retry = ARGV[6] == '1'
+local base = string.sub(KEYS[1], 1, -8)  -- ".../<key>:holders" -> ".../<key>:"
+local queue = KEYS[3] or (base .. 'queue')
+local deadlines = KEYS[4] or (base .. 'deadlines')
 if retry and redis.call('LPOP', KEYS[5]) then
   -- A release handed us a slot after our last sleep ended: that is our hold.
   return {1, tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '1'), 0}
@@ -29,10 +35,21 @@ local function keep(key, ms)
     redis.call('PEXPIRE', key, ms)
   end
 end
+local limit = tonumber(ARGV[2])
+local free = limit - redis.call('ZCARD', KEYS[1])
+if free > 0 and redis.call('EXISTS', queue) == 1 then
+  -- Free slots while waiters queue: leases lapsed (their holders died), and nobody released
+  -- them, so nobody handed them on. Do it now, oldest waiter first.
+  local wake_prefix = string.match(KEYS[1], '^(.-):semaphore:') .. ':wake:'
+  hand_slots(KEYS[1], KEYS[2], queue, deadlines, wake_prefix, free)
+  if member ~= '' and redis.call('LPOP', KEYS[5]) then
+    return {1, tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '1'), 0}  -- we were among them
+  end
+end
 if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
   if member ~= '' then  -- another waiter of this owner was handed a slot: we share it
-    redis.call('ZREM', KEYS[3], member)
-    redis.call('HDEL', KEYS[4], member)
+    redis.call('ZREM', queue, member)
+    redis.call('HDEL', deadlines, member)
   end
   local count = redis.call('HINCRBY', KEYS[2], ARGV[1], 1)
   redis.call('ZADD', KEYS[1], now + lease, ARGV[1])
@@ -40,10 +57,10 @@ if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
   keep(KEYS[2], lease)
   return {1, count, 0}
 end
-if redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[2]) then
+if redis.call('ZCARD', KEYS[1]) < limit then
   if retry then
-    redis.call('ZREM', KEYS[3], member)
-    redis.call('HDEL', KEYS[4], member)
+    redis.call('ZREM', queue, member)
+    redis.call('HDEL', deadlines, member)
   end
   redis.call('ZADD', KEYS[1], now + lease, ARGV[1])
   redis.call('HSET', KEYS[2], ARGV[1], 1)
@@ -52,11 +69,11 @@ if redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[2]) then
   return {1, 1, 0}
 end
 if member ~= '' then
-  if redis.call('ZADD', KEYS[3], 'NX', now_us, member) == 1 then
-    redis.call('HSET', KEYS[4], member, now + tonumber(ARGV[5]))
+  if redis.call('ZADD', queue, 'NX', now_us, member) == 1 then
+    redis.call('HSET', deadlines, member, now + tonumber(ARGV[5]))
   end
-  keep(KEYS[3], tonumber(ARGV[5]) + lease)
-  keep(KEYS[4], tonumber(ARGV[5]) + lease)
+  keep(queue, tonumber(ARGV[5]) + lease)
+  keep(deadlines, tonumber(ARGV[5]) + lease)
 end
 local soonest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 return {0, math.max(tonumber(soonest[2]) - now, 1), 0}
