@@ -8,10 +8,12 @@ same message the primitive itself would give.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from py_reactor.coordination._options import check_non_negative
 from py_reactor.coordination.lock import Lock
 from py_reactor.coordination.semaphore import Semaphore
 
@@ -50,18 +52,35 @@ class Declaration:
         """The primitive for ``key``."""
         raise NotImplementedError
 
+    def for_rollback(self) -> Declaration | None:
+        """What a step's compensate/undo re-take: None, unless this primitive excludes others.
+
+        Quotas and orderings (rate limit, period, ordered lock) never gate cleanup.
+        """
+        return None
+
 
 @dataclass(frozen=True, slots=True)
 class LockDeclaration(Declaration):
-    """``with_lock(key, ttl=60, wait=0, auto_extend=True)``."""
+    """``with_lock(key, ttl=60, wait=0, auto_extend=True, rollback_wait=None)``."""
 
     primitive: ClassVar[str] = "lock"
     ttl: float = 60
     wait: float = 0
     auto_extend: bool = True
+    rollback_wait: float | None = None
 
     def __post_init__(self) -> None:
         self.make(_probe_key(self.key))
+        if self.rollback_wait is not None:
+            check_non_negative(
+                f"Lock({_probe_key(self.key)!r})", "rollback_wait", self.rollback_wait
+            )
+
+    def for_rollback(self) -> LockDeclaration:
+        """This lock, waiting ``rollback_wait`` (default: its ``ttl``) instead of ``wait``."""
+        wait = self.ttl if self.rollback_wait is None else self.rollback_wait
+        return dataclasses.replace(self, wait=wait)
 
     def make(self, key: str) -> Lock:
         """A ``Lock`` on ``key`` with these options."""
@@ -70,15 +89,25 @@ class LockDeclaration(Declaration):
 
 @dataclass(frozen=True, slots=True)
 class SemaphoreDeclaration(Declaration):
-    """``with_semaphore(key, limit=..., wait=0, lease=60)``."""
+    """``with_semaphore(key, limit=..., wait=0, lease=60, rollback_wait=None)``."""
 
     primitive: ClassVar[str] = "semaphore"
     limit: int = 1
     wait: float = 0
     lease: float = 60
+    rollback_wait: float | None = None
 
     def __post_init__(self) -> None:
         self.make(_probe_key(self.key))
+        if self.rollback_wait is not None:
+            check_non_negative(
+                f"Semaphore({_probe_key(self.key)!r})", "rollback_wait", self.rollback_wait
+            )
+
+    def for_rollback(self) -> SemaphoreDeclaration:
+        """This semaphore, waiting ``rollback_wait`` (default: its ``lease``) for a slot."""
+        wait = self.lease if self.rollback_wait is None else self.rollback_wait
+        return dataclasses.replace(self, wait=wait)
 
     def make(self, key: str) -> Semaphore:
         """A ``Semaphore`` on ``key`` with these options."""

@@ -1,6 +1,6 @@
 """Take an execution's declared primitives in the fixed order; release them in reverse.
 
-One mechanism for reactor-level and (later) step-level declarations. The order::
+One mechanism for reactor-level and step-level declarations. The order::
 
     1. ordered lock  wait for this position's turn (nothing else is held while waiting)
     2. period        fast check: already done in this bucket -> stop before taking anything
@@ -75,14 +75,19 @@ class Scope:
         values: what key functions receive (validated inputs or resolved arguments).
         reactor: the reactor's name; ``step`` the step's (None: reactor-level), for errors.
         private: the execution's private dict: ``held_keys`` (registry of held keys, one entry
-            per hold), ``ordered_position`` and ``rate_limited`` (never charged twice).
+            per hold) and ``ordered_position`` (``ordered_position:<step>`` at step level),
+            reused when the execution comes back to the same gate. At reactor level
+            ``rate_limited`` makes sure an execution is charged once; a step is charged on
+            every attempt of its work.
         emit: reports acquisitions and releases (``lock.acquired``...) to middleware.
     """
 
     __slots__ = (
+        "_charged",
         "_held",
         "_keys",
         "_primitives",
+        "_slot",
         "declarations",
         "emit",
         "private",
@@ -107,6 +112,8 @@ class Scope:
         self.where = f"reactor {reactor}" if step is None else f"reactor {reactor}, step {step!r}"
         self.private = private
         self.emit = emit
+        self._slot = "ordered_position" if step is None else f"ordered_position:{step}"
+        self._charged = "rate_limited" if step is None else None
         self._keys: dict[str, str] = {}
         for name in ORDER:
             if name in declarations:
@@ -157,7 +164,7 @@ class Scope:
             try:
                 turn = ordered.wait_turn(position)
             except BaseException:
-                self.private.pop("ordered_position", None)
+                self.private.pop(self._slot, None)
                 with contextlib.suppress(Exception):  # else it is skipped after the poison pill
                     ordered.abandon(position)  # so later positions need not wait for it
                 raise
@@ -183,19 +190,20 @@ class Scope:
                 return Admission.PERIOD_DONE
             self._note("period", claim)
         rate = prims.get("rate_limit")
-        if rate is not None and not self.private.get("rate_limited"):
+        if rate is not None and not (self._charged and self.private.get(self._charged)):
             rate.acquire()
-            self.private["rate_limited"] = True
+            if self._charged:
+                self.private[self._charged] = True
         return Admission.PROCEED
 
     def _position(self, ordered: Any) -> Any:
         from py_reactor.coordination.ordered_lock import Position
 
-        saved = self.private.get("ordered_position")
+        saved = self.private.get(self._slot)
         if saved is not None:
             return Position(**saved)
         position = ordered.take_position()
-        self.private["ordered_position"] = {
+        self.private[self._slot] = {
             "key": position.key,
             "epoch": position.epoch,
             "number": position.number,
@@ -241,7 +249,7 @@ class Scope:
                     hold.release(mark=succeeded)
                 elif name == "ordered_lock":
                     hold.release(failed=failed)
-                    self.private.pop("ordered_position", None)
+                    self.private.pop(self._slot, None)
                 else:
                     hold.release()
                     self._report(f"{name}.released", name)

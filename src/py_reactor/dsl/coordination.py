@@ -2,9 +2,11 @@
 ``with_period`` and ``with_ordered_lock``.
 
 Each checks its options when it is called (at import) and records a declaration in the
-decorated reactor's ``coordination`` mapping. A subclass inherits its parent's declarations and
-gets its own mapping when it declares more (the parent's is never changed); declaring the same
-primitive twice on one class is refused.
+``coordination`` mapping of what it decorates: a Reactor subclass (the key function receives
+the reactor's inputs), a Step subclass or an inline ``@step`` function, above or below ``@step``
+(the key function receives the step's resolved arguments). A subclass inherits its parent's
+declarations and gets its own mapping when it declares more (the parent's is never changed);
+declaring the same primitive twice on one class or step is refused.
 """
 
 from __future__ import annotations
@@ -22,7 +24,11 @@ from py_reactor.coordination.declarations import (
     RateLimitDeclaration,
     SemaphoreDeclaration,
 )
-from py_reactor.dsl.declaration import StepDeclaration
+from py_reactor.dsl.declaration import (
+    COORDINATION_ATTRIBUTE,
+    REFUSES_COORDINATION,
+    StepDeclaration,
+)
 from py_reactor.dsl.reactor import Reactor
 from py_reactor.dsl.step import Step
 from py_reactor.errors import DefinitionError
@@ -35,35 +41,58 @@ _OWN = "__py_reactor_declared__"
 
 
 def with_lock(
-    key: KeySpec, *, ttl: float = 60, wait: float = 0, auto_extend: bool = True
+    key: KeySpec,
+    *,
+    ttl: float = 60,
+    wait: float = 0,
+    auto_extend: bool = True,
+    rollback_wait: float | None = None,
 ) -> Callable[[T], T]:
-    """Hold an exclusive lock on ``key`` while the reactor runs (see ``py_reactor.Lock``).
+    """Hold an exclusive lock on ``key`` while the reactor (or the one step) runs.
+
+    On a reactor the key function receives the validated inputs; on a step (a ``Step``
+    subclass or an inline ``@step`` function) it receives the step's resolved arguments, and
+    only that step's work is serialized. See ``py_reactor.Lock``.
 
     Args:
-        key: a constant str, or a function of the validated inputs returning the key.
+        key: a constant str, or a function of the validated values returning the key.
         ttl: seconds a hold lives without extension; extended every ``ttl / 3`` while running.
         wait: seconds to wait for a busy lock before the run fails with LockAcquisitionError.
         auto_extend: keep extending the hold while the run lasts.
+        rollback_wait: steps only: seconds the step's ``compensate``/``undo`` waits to re-take
+            the lock (default: ``ttl``); if it cannot, the rollback failure is reported.
     """
     return _declarer(
-        "with_lock", lambda: LockDeclaration(key, ttl=ttl, wait=wait, auto_extend=auto_extend)
+        "with_lock",
+        lambda: LockDeclaration(
+            key, ttl=ttl, wait=wait, auto_extend=auto_extend, rollback_wait=rollback_wait
+        ),
     )
 
 
 def with_semaphore(
-    key: KeySpec, *, limit: int, wait: float = 0, lease: float = 60
+    key: KeySpec,
+    *,
+    limit: int,
+    wait: float = 0,
+    lease: float = 60,
+    rollback_wait: float | None = None,
 ) -> Callable[[T], T]:
-    """Let at most ``limit`` runs with the same ``key`` proceed at once.
+    """Let at most ``limit`` runs (of the reactor, or of the one step) with ``key`` at once.
 
     Args:
-        key: a constant str, or a function of the validated inputs returning the key.
+        key: a constant str, or a function of the validated values returning the key.
         limit: concurrent runs allowed (>= 1).
         wait: seconds to wait for a slot before the run fails with SemaphoreAcquisitionError.
         lease: seconds a slot lives without renewal (renewed while the run lasts).
+        rollback_wait: steps only: seconds the step's ``compensate``/``undo`` waits to re-take
+            a slot (default: ``lease``); if it cannot, the rollback failure is reported.
     """
     return _declarer(
         "with_semaphore",
-        lambda: SemaphoreDeclaration(key, limit=limit, wait=wait, lease=lease),
+        lambda: SemaphoreDeclaration(
+            key, limit=limit, wait=wait, lease=lease, rollback_wait=rollback_wait
+        ),
     )
 
 
@@ -101,7 +130,11 @@ def with_rate_limit(
 
 
 def with_period(key: KeySpec, *, every: str | int, wait: float = 60) -> Callable[[T], T]:
-    """Run at most once per ``every`` bucket; later runs in the bucket halt (reason "period").
+    """Run at most once per ``every`` bucket.
+
+    On a reactor, later runs in the bucket halt (reason "period"). On a step, later runs
+    **skip the step** (``Skipped``, reason "period") and the rest of the workflow continues.
+    The bucket is marked only when the work ends in a plain success.
 
     Args:
         key: a constant str, or a function of the validated inputs returning the key.
@@ -121,6 +154,12 @@ def with_ordered_lock(
     wait: float | None = None,
 ) -> Callable[[T], T]:
     """Run executions with the same ``key`` one at a time, in the order ``run`` was called.
+
+    On a step, the position is taken when an execution first **arrives at the step** (its
+    key reads the step's arguments), so executions pass the step in the order they reached
+    it, not the order they started. The two coincide only when the step is the reactor's
+    first. In strict mode a failure makes later positions skip the step (``Skipped``, reason
+    "ordered_lock") while the rest of their workflow continues.
 
     Args:
         key: a constant str, or a function of the validated inputs returning the key.
@@ -144,20 +183,22 @@ def _declarer(name: str, build: Callable[[], Declaration]) -> Callable[[T], T]:
     decl = _checked(name, build)
 
     def decorate(target: T) -> T:
-        if isinstance(target, type) and issubclass(target, Reactor):
+        refusal = getattr(target, REFUSES_COORDINATION, None)
+        if refusal:
+            raise DefinitionError(f"{name}(...) on {_label(target)}: {refusal}")
+        if isinstance(target, type) and issubclass(target, Reactor | Step):
             _attach(name, target, decl)
             return target
-        if (
-            isinstance(target, StepDeclaration)
-            or (isinstance(target, type) and issubclass(target, Step))
-            or callable(target)
-        ):
-            raise DefinitionError(
-                f"{name}(...) on a step ({_label(target)}) is not supported yet: step-scoped "
-                "coordination arrives in a later release. Declare it on the reactor class for "
-                "now (its key function receives the reactor's inputs)"
-            )
-        raise DefinitionError(f"{name}(...) decorates a Reactor subclass, got {target!r}")
+        if isinstance(target, StepDeclaration):
+            target.attach_coordination(name, decl)
+            return target
+        if callable(target) and not isinstance(target, type):
+            _attach_to_function(name, target, decl)
+            return target
+        raise DefinitionError(
+            f"{name}(...) decorates a Reactor subclass, a Step subclass or an inline step "
+            f"function, got {target!r}"
+        )
 
     return decorate
 
@@ -175,17 +216,35 @@ def _checked(name: str, build: Callable[[], Declaration]) -> Declaration:
     return decl
 
 
-def _attach(name: str, cls: type[Reactor], decl: Declaration) -> None:
+def _attach(name: str, cls: type[Reactor] | type[Step], decl: Declaration) -> None:
     own: tuple[str, ...] = cls.__dict__.get(_OWN, ())
     if decl.primitive in own:
+        kind = "reactor" if issubclass(cls, Reactor) else "step"
         raise DefinitionError(
             f"{cls.__qualname__}: {name} is declared twice on this class; keep one",
-            reactor=cls.__qualname__,
+            **{kind: cls.__qualname__},
         )
     declared: dict[str, Any] = dict(cls.coordination)
     declared[decl.primitive] = decl
     cls.coordination = MappingProxyType(declared)
     setattr(cls, _OWN, (*own, decl.primitive))
+
+
+def _attach_to_function(name: str, fn: Any, decl: Declaration) -> None:
+    """Record ``decl`` on a function that ``@step`` will turn into an inline step."""
+    declared: dict[str, Declaration] = dict(getattr(fn, COORDINATION_ATTRIBUTE, {}))
+    if decl.primitive in declared:
+        raise DefinitionError(
+            f"{_label(fn)}: {name} is declared twice on this step; keep one", step=_label(fn)
+        )
+    declared[decl.primitive] = decl
+    try:
+        setattr(fn, COORDINATION_ATTRIBUTE, declared)
+    except (AttributeError, TypeError):
+        raise DefinitionError(
+            f"{name}(...) cannot record a declaration on {fn!r}; decorate a def function, "
+            "a Step subclass or a Reactor subclass"
+        ) from None
 
 
 def _label(target: object) -> str:

@@ -15,9 +15,17 @@ from py_reactor.errors import DefinitionError
 if TYPE_CHECKING:
     from py_reactor.engine.results import Outcome
 
-__all__ = ["StepDeclaration", "StepKind"]
+__all__ = ["COORDINATION_ATTRIBUTE", "REFUSES_COORDINATION", "StepDeclaration", "StepKind"]
 
 Hook = Callable[..., Any]
+
+_NONE: Mapping[str, Any] = MappingProxyType({})
+
+#: Where ``with_lock`` & co. record declarations on a function that ``@step`` will wrap.
+COORDINATION_ATTRIBUTE = "__py_reactor_coordination__"
+
+#: A class (e.g. an interrupt step) that sets this attribute to a reason refuses ``with_*``.
+REFUSES_COORDINATION = "__py_reactor_refuses_coordination__"
 
 
 class StepKind(enum.Enum):
@@ -60,6 +68,9 @@ class StepDeclaration:
             inherited = getattr(target, RETRY_ATTRIBUTE, None)
             if inherited is not None:
                 self.__dict__[RETRY_ATTRIBUTE] = inherited
+            declared = getattr(target, COORDINATION_ATTRIBUTE, None)
+            if declared:
+                self.__dict__["_coordination"] = MappingProxyType(dict(declared))
 
     def __set_name__(self, owner: type, name: str) -> None:
         if self.name is None:
@@ -78,10 +89,15 @@ class StepDeclaration:
 
     @property
     def coordination(self) -> Mapping[str, Any]:
-        """The coordination this step declares (empty until primitives are declared on it)."""
+        """The coordination this step declares: on the inline step, or on its Step class.
+
+        Empty for a composed child reactor: its own declarations are taken by its own run.
+        """
         if self.kind is StepKind.INLINE:
-            declared: Mapping[str, Any] = self.__dict__.get("_coordination", MappingProxyType({}))
+            declared: Mapping[str, Any] = self.__dict__.get("_coordination", _NONE)
             return declared
+        if self.kind is StepKind.REACTOR:
+            return _NONE
         target_coordination: Mapping[str, Any] = self.target.coordination
         return target_coordination
 
@@ -101,6 +117,27 @@ class StepDeclaration:
                 "declare the retry policy in one place only"
             )
         self.__dict__[RETRY_ATTRIBUTE] = policy
+
+    def attach_coordination(self, decorator: str, declaration: Any) -> None:
+        """Record ``with_*`` placed above ``@step``; refuse a primitive declared twice."""
+        if self.kind is not StepKind.INLINE:
+            where = (
+                f"the Step class {self.label}"
+                if self.kind is StepKind.CLASS
+                else f"the child reactor class {self.label}"
+            )
+            raise DefinitionError(
+                f"{decorator}(...) on step({self.label}): declare it on {where} instead, "
+                "so every reactor using it gets the same coordination"
+            )
+        declared = dict(self.coordination)
+        if declaration.primitive in declared:
+            raise DefinitionError(
+                f"step {self.label!r}: {decorator} is declared twice on this step; keep one",
+                step=self.label,
+            )
+        declared[declaration.primitive] = declaration
+        self.__dict__["_coordination"] = MappingProxyType(declared)
 
     # -- inline compensate / undo ----------------------------------------------------------
 

@@ -2,6 +2,9 @@
 
 Undo runs newest first. A compensate or undo that returns a failure or raises does not stop the
 others; it is recorded as a rollback failure and reported on the run's outcome, never dropped.
+A step's compensate and undo re-take the step's lock and semaphore (same keys, from the same
+arguments); if they cannot be taken within the rollback wait, the compensate/undo does not run
+and the rollback failure says so (reason ``coordination_unavailable``).
 A composed child reactor is undone by rolling back its own completed steps, recursively.
 """
 
@@ -12,12 +15,15 @@ from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
+from py_reactor.coordination.scope import Scope
 from py_reactor.dsl.declaration import StepDeclaration, StepKind
 from py_reactor.dsl.signals import Failure
+from py_reactor.engine._coordinate import rollback_scope
 from py_reactor.engine._run import Run, StepFailure
 from py_reactor.engine._units import defines, make_unit
 from py_reactor.engine.context import Status
 from py_reactor.engine.results import RollbackFailure, nested_failure
+from py_reactor.errors import CoordinationError
 from py_reactor.observability import events as ev
 
 __all__ = ["rollback", "undo_completed"]
@@ -32,7 +38,9 @@ def rollback(
     run.emit(ev.RollbackStarted, step)
     failed = failure.step if failure is not None and failure.work_started else None
     if failure is not None and failed is not None and defines(declarations[failed], "compensate"):
-        _call(run, "compensate", failed, partial(failure.unit.compensate, failure.error))
+        decl = declarations[failed]
+        call = partial(failure.unit.compensate, failure.error)
+        _call(run, "compensate", failed, call, decl, failure.arguments or {})
     undo_completed(run, declarations)
     run.emit(ev.RollbackFinished, step, failures=len(run.rollback_failures))
     return run.rollback_failures
@@ -49,8 +57,9 @@ def undo_completed(run: Run, declarations: Mapping[str, StepDeclaration]) -> Non
             continue
         if not defines(decl, "undo"):
             continue
-        unit = make_unit(decl, name, context.arguments.get(name, {}), run)
-        _call(run, "undo", name, partial(unit.undo, context.results.get(name)))
+        values = context.arguments.get(name, {})
+        unit = make_unit(decl, name, values, run)
+        _call(run, "undo", name, partial(unit.undo, context.results.get(name)), decl, values)
 
 
 def _undo_child(run: Run, name: str, decl: StepDeclaration) -> None:
@@ -63,7 +72,15 @@ def _undo_child(run: Run, name: str, decl: StepDeclaration) -> None:
     run.rollback_failures.extend(nested_failure(name, f) for f in child_run.rollback_failures)
 
 
-def _call(run: Run, kind: str, name: str, call: Callable[[], Any]) -> None:
+def _call(
+    run: Run,
+    kind: str,
+    name: str,
+    call: Callable[[], Any],
+    decl: StepDeclaration,
+    values: Mapping[str, Any],
+) -> None:
+    """Run one compensate/undo under the step's lock and semaphore; record how it went."""
     started = time.time()
     begin, done, failed = (
         (ev.CompensationStarted, ev.CompensationCompleted, ev.CompensationFailed)
@@ -73,20 +90,43 @@ def _call(run: Run, kind: str, name: str, call: Callable[[], Any]) -> None:
     run.emit(begin, name)
     reason: str | None = None
     error: Any = None
+    key: str | None = None
+    scope: Scope | None = None
     try:
-        outcome = call()
-    except Exception as exc:
-        reason, error = "raised", exc
-    else:
-        if isinstance(outcome, Failure):
-            reason, error = "returned_failure", outcome.error
+        if decl.coordination:
+            scope = rollback_scope(run, name, decl.coordination, values)
+            if scope is not None:
+                key = _first_key(scope)
+                scope.enter()
+    except CoordinationError as exc:
+        # Never run the rollback unprotected, and never drop it silently: report it.
+        reason, error, scope = "coordination_unavailable", exc, None
+        key = exc.key or key
     if reason is None:
-        run.record(kind, name, started, ok=True)
+        try:
+            outcome = call()
+        except Exception as exc:
+            reason, error = "raised", exc
+        else:
+            if isinstance(outcome, Failure):
+                reason, error = "returned_failure", outcome.error
+        finally:
+            if scope is not None:
+                scope.exit(succeeded=True, failed=False)
+    where = {} if key is None else {"key": key}
+    if reason is None:
+        run.record(kind, name, started, ok=True, **where)
         run.emit(done, name)
         return
     message = f"{type(error).__name__}: {error}" if isinstance(error, BaseException) else str(error)
-    run.record(kind, name, started, ok=False, reason=reason, error=message)
+    run.record(kind, name, started, ok=False, reason=reason, error=message, **where)
     run.emit(failed, name, error=error)
     run.rollback_failures.append(
-        {"step": name, "kind": kind, "key": None, "reason": reason, "message": message}
+        {"step": name, "kind": kind, "key": key, "reason": reason, "message": message}
     )
+
+
+def _first_key(scope: Scope) -> str | None:
+    """The key a rollback failure names: the lock's, else the semaphore's."""
+    keys = scope.keys
+    return keys.get("lock") or keys.get("semaphore")

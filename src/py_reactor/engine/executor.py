@@ -8,7 +8,7 @@ process.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from py_reactor.config import get_config
@@ -16,6 +16,7 @@ from py_reactor.coordination.owner import current_owner
 from py_reactor.coordination.scope import Admission, Scope
 from py_reactor.dsl.reactor import Reactor
 from py_reactor.dsl.registry import class_path
+from py_reactor.engine._coordinate import emitter
 from py_reactor.engine._run import Run, StepFailure, describe_exception
 from py_reactor.engine.compensation import rollback
 from py_reactor.engine.context import Context, Status
@@ -88,7 +89,7 @@ def _coordinated(cls: type[Reactor], run: Run) -> Outcome:
             context.inputs,
             reactor=run.reactor_name,
             private=context.private,
-            emit=_emitter(run),
+            emit=emitter(run, None),
         )
         admission = scope.enter()
     except CoordinationError as exc:
@@ -108,23 +109,6 @@ def _coordinated(cls: type[Reactor], run: Run) -> Outcome:
             succeeded=status is Status.COMPLETED,
             failed=status not in (Status.COMPLETED, Status.HALTED),
         )
-
-
-def _emitter(run: Run) -> Callable[..., None]:
-    def emit(event: str, key: str, **fields: Any) -> None:
-        run.emit(_EVENTS[event], None, key=key, **fields)
-
-    return emit
-
-
-_EVENTS: dict[str, type[ev.Event]] = {
-    "lock.acquired": ev.LockAcquired,
-    "lock.released": ev.LockReleased,
-    "lock.acquisition_failed": ev.LockAcquisitionFailed,
-    "semaphore.acquired": ev.SemaphoreAcquired,
-    "semaphore.released": ev.SemaphoreReleased,
-    "semaphore.acquisition_failed": ev.SemaphoreAcquisitionFailed,
-}
 
 
 def _walk(cls: type[Reactor], run: Run) -> Outcome:

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from py_reactor.config import get_config
+from py_reactor.coordination.owner import current_owner
 from py_reactor.dsl.declaration import StepDeclaration
 from py_reactor.engine._run import Run, StepFailure
 from py_reactor.engine.compensation import rollback
@@ -23,7 +24,10 @@ def invoke_declaration(
     """Validate ``args`` and run ``decl`` once; compensate it if its work started and failed.
 
     ``context`` (optional) is the context of the execution this call is nested in; the new
-    execution shares its root id, so it belongs to the same execution tree.
+    execution shares its root id, so it belongs to the same execution tree. The step's
+    coordination is taken as in a reactor run: contention waits the declared ``wait`` and then
+    fails the outcome (there is no execution to park). Holds are owned by that execution, or by
+    the execution running in this thread (a step body calling ``invoke``), else by this call.
 
     Raises:
         TypeError: ``args`` is not a mapping or ``context`` is not a Context.
@@ -41,6 +45,10 @@ def invoke_declaration(
     own = Context(reactor=name, inputs=raw) if context is None else context.child(name, raw)
     own.status = Status.RUNNING
     run = Run(name, own, get_config().middleware)
+    # Holds belong to the execution this call is part of: the given context's, else the one
+    # running in this thread (a step body calling invoke), else this call alone.
+    nested = context is None and current_owner.get() is not None
+    token = None if nested else current_owner.set(own.root_id)
     try:
         result = run_resolved(run, name, decl, raw, retry=False)
         if isinstance(result, StepFailure):
@@ -49,6 +57,9 @@ def invoke_declaration(
     except BaseException:
         own.status = Status.ABORTED
         raise
+    finally:
+        if token is not None:
+            current_owner.reset(token)
     if isinstance(result, Halted):
         own.status = Status.HALTED
         return HaltedResult(own, reason=result.reason, step_name=name)

@@ -1,27 +1,35 @@
-"""One step, start to finish: resolve → validate → guard → run (with retries) → signal.
+"""One step, start to finish: resolve → validate → guard → coordinate → run (with retries).
 
 Failures before the step's work starts (unresolvable arguments, invalid inputs, a refusing
-guard) are reported with ``work_started=False`` so that rollback does not compensate them.
+guard, a coordination key error or contention) are reported with ``work_started=False`` so
+that rollback does not compensate them.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
+from py_reactor.coordination.scope import Admission
 from py_reactor.dsl.declaration import StepDeclaration
 from py_reactor.dsl.reactor import StepPlan
+from py_reactor.dsl.retries import RetryPolicy
 from py_reactor.dsl.signals import Failure, Halt, Skipped, Success
+from py_reactor.engine._coordinate import StepGate
 from py_reactor.engine._resolve import resolve_arguments
 from py_reactor.engine._run import Run, StepFailure
 from py_reactor.engine._units import defines, make_unit
-from py_reactor.errors import ArgumentResolutionError, InputValidationError
+from py_reactor.errors import ArgumentResolutionError, CoordinationError, InputValidationError
 from py_reactor.observability import events as ev
 
 __all__ = ["Completed", "Halted", "SkippedStep", "StepResult", "run_resolved", "run_step"]
 
 _sleep = time.sleep  # module-level so tests can swap in a fake clock
+
+_NOTHING: Mapping[str, Any] = MappingProxyType({})
 
 
 @dataclass(slots=True)
@@ -68,7 +76,11 @@ def run_resolved(
     started: float | None = None,
     retry: bool = True,
 ) -> StepResult:
-    """Validate ``args``, check the guard and run the step, retrying as its policy allows."""
+    """Validate ``args``, check the guard, then run the step inside its coordination.
+
+    Coordination is taken after validation and the guard (a refused step takes nothing),
+    around each attempt's work, and released in reverse whatever the attempt returned.
+    """
     if started is None:
         started = time.time()
     try:
@@ -83,19 +95,60 @@ def run_resolved(
             return _settle_early(run, name, verdict, values, started)
 
     policy = decl.retry_policy if retry else None
+    declared = decl.coordination
+    if not declared:  # the common case: one check, no coordination cost
+        return _attempts(run, name, values, unit, policy, None, started)
+    try:
+        gate = StepGate(run, name, declared, values)
+        admission = gate.open()
+    except CoordinationError as exc:
+        return _contended(run, name, values, exc, 0, started)
+    result: StepResult | None = None
+    try:
+        if admission is not Admission.PROCEED:
+            where = {"coordination": dict(gate.keys)}
+            result = _skip(run, name, values, Skipped(reason=admission.value), started, where)
+        else:
+            result = _attempts(run, name, values, unit, policy, gate, started)
+        return result
+    finally:
+        gate.close(failed=result is None or isinstance(result, StepFailure))
+
+
+def _attempts(
+    run: Run,
+    name: str,
+    values: dict[str, Any],
+    unit: Any,
+    policy: RetryPolicy | None,
+    gate: StepGate | None,
+    started: float,
+) -> StepResult:
+    """Run the step's work until it succeeds, stops, or fails for good."""
     max_attempts = policy.max_attempts if policy is not None else 1
+    where = {} if gate is None else {"coordination": dict(gate.keys)}
     attempt = 0
     while True:
         attempt += 1
         run.emit(ev.StepStarted, name, attempt=attempt)
-        try:
-            signal = _as_signal(unit.run())
-        except Exception as exc:
-            signal = Failure(exc)
+        if gate is None:
+            signal = _work(unit)
+        else:
+            try:
+                admission = gate.enter()
+            except CoordinationError as exc:
+                return _contended(run, name, values, exc, attempt, started)
+            if admission is not Admission.PROCEED:
+                return _skip(run, name, values, Skipped(reason=admission.value), started, where)
+            signal = Failure("the step's work was interrupted")
+            try:
+                signal = _work(unit)
+            finally:
+                gate.exit(succeeded=isinstance(signal, Success))
         if isinstance(signal, Success):
-            return _complete(run, name, values, signal.value, attempt, started)
+            return _complete(run, name, values, signal.value, attempt, started, where)
         if isinstance(signal, Skipped):
-            return _skip(run, name, values, signal, started)
+            return _skip(run, name, values, signal, started, where)
         if isinstance(signal, Halt):
             return _halt(run, name, signal.reason, started)
         failure = signal
@@ -110,7 +163,13 @@ def run_resolved(
             started = time.time()
             continue
         run.record(
-            "failed", name, started, attempt=attempt, arguments=values, error=_text(failure.error)
+            "failed",
+            name,
+            started,
+            attempt=attempt,
+            arguments=values,
+            error=_text(failure.error),
+            **where,
         )
         run.emit(ev.StepFailed, name, attempt=attempt, error=failure.error)
         return StepFailure(
@@ -122,6 +181,45 @@ def run_resolved(
             attempts=attempt,
             unit=unit,
         )
+
+
+def _work(unit: Any) -> Success | Failure | Halt | Skipped:
+    """Run the unit's work once; an exception becomes a (retryable) failure."""
+    try:
+        return _as_signal(unit.run())
+    except Exception as exc:
+        return Failure(exc)
+
+
+def _contended(
+    run: Run,
+    name: str,
+    values: dict[str, Any],
+    exc: CoordinationError,
+    attempt: int,
+    started: float,
+) -> StepFailure:
+    """The step's coordination said no (contention, a bad key, the store): its work never ran.
+
+    This is the one park-or-fail decision of the step path. In this process the primitive
+    has already waited its ``wait``, so the step fails (never retried, never compensated) and
+    the run rolls back as for any failure; a worker parks the execution here instead.
+    """
+    run.record(
+        "failed",
+        name,
+        started,
+        attempt=attempt,
+        arguments=values,
+        error=_text(exc),
+        refused_by="coordination",
+        primitive=exc.primitive,
+        key=exc.key,
+    )
+    run.emit(ev.StepFailed, name, attempt=attempt, error=exc)
+    return StepFailure(
+        name, exc, retryable=False, work_started=False, arguments=values, attempts=attempt
+    )
 
 
 def _as_signal(raw: Any) -> Success | Failure | Halt | Skipped:
@@ -173,23 +271,34 @@ def _settle_early(
 
 
 def _complete(
-    run: Run, name: str, values: dict[str, Any], value: Any, attempt: int, started: float
+    run: Run,
+    name: str,
+    values: dict[str, Any],
+    value: Any,
+    attempt: int,
+    started: float,
+    where: Mapping[str, Any] = _NOTHING,
 ) -> Completed:
     context = run.context
     context.results[name] = value
     context.arguments[name] = values
     context.completed.append(name)
-    run.record("run", name, started, attempt=attempt, arguments=values, result=value)
+    run.record("run", name, started, attempt=attempt, arguments=values, result=value, **where)
     run.emit(ev.StepCompleted, name, attempt=attempt, value=value)
     return Completed(value)
 
 
 def _skip(
-    run: Run, name: str, values: dict[str, Any], signal: Skipped, started: float
+    run: Run,
+    name: str,
+    values: dict[str, Any],
+    signal: Skipped,
+    started: float,
+    where: Mapping[str, Any] = _NOTHING,
 ) -> SkippedStep:
     run.context.results[name] = signal.value
     run.context.arguments[name] = values
-    run.record("skipped", name, started, reason=signal.reason, result=signal.value)
+    run.record("skipped", name, started, reason=signal.reason, result=signal.value, **where)
     run.emit(ev.StepSkipped, name, reason=signal.reason)
     return SkippedStep(signal.value, signal.reason)
 

@@ -10,7 +10,6 @@ import pytest
 from py_reactor import (
     Lock,
     Reactor,
-    Step,
     step,
     with_lock,
     with_ordered_lock,
@@ -186,44 +185,3 @@ def test_good_options_are_accepted() -> None:
     with_rate_limit("registered-name")
     with_period("k", every=90)
     with_ordered_lock("k", ttl=10, poison_pill_timeout=1, strict=False)
-
-
-class SomeStep(Step):
-    def run(self) -> Any:
-        return 1
-
-
-def _inline() -> int:
-    return 1
-
-
-@pytest.mark.parametrize(
-    "target",
-    [
-        pytest.param(lambda: SomeStep, id="step-class"),
-        pytest.param(lambda: step()(_inline), id="inline-step-declaration"),
-        pytest.param(lambda: _inline, id="plain-function-under-step"),
-    ],
-)
-@pytest.mark.parametrize(
-    "decorator",
-    [
-        pytest.param(lambda: with_lock("k"), id="lock"),
-        pytest.param(lambda: with_semaphore("k", limit=1), id="semaphore"),
-        pytest.param(lambda: with_rate_limit("k", limit=1, period="minute"), id="rate_limit"),
-        pytest.param(lambda: with_period("k", every="day"), id="period"),
-    ],
-)
-def test_decorating_a_step_is_refused_pointing_at_the_reactor(
-    target: Callable[[], Any], decorator: Callable[[], Any]
-) -> None:
-    """A coordination decorator on a step is refused, saying to declare it on the reactor."""
-    with pytest.raises(DefinitionError) as caught:
-        decorator()(target())
-    assert "reactor" in str(caught.value)
-
-
-def test_ordered_lock_on_a_step_is_refused() -> None:
-    """``with_ordered_lock`` on a Step class is refused like the other four."""
-    with pytest.raises(DefinitionError, match="reactor"):
-        with_ordered_lock("k")(SomeStep)

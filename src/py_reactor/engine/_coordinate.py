@@ -1,0 +1,134 @@
+"""Coordination as the engine drives it, for a reactor and for a single step.
+
+The primitives and their order live in ``coordination.scope.Scope``; this module only decides
+*when* the engine enters and leaves scopes:
+
+* a reactor's declarations wrap its whole run (``executor``);
+* a step's ordered-lock turn spans all of its attempts (the position advances only when the
+  step reaches its final result), and everything else is taken around each attempt's work;
+* a step's ``compensate``/``undo`` re-take its lock and semaphore only, waiting the
+  declaration's ``rollback_seconds``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import Any
+
+from py_reactor.coordination.declarations import Declaration
+from py_reactor.coordination.scope import Admission, Scope
+from py_reactor.engine._run import Run
+from py_reactor.observability import events as ev
+
+__all__ = ["StepGate", "emitter", "rollback_scope"]
+
+_EVENTS: dict[str, type[ev.Event]] = {
+    "lock.acquired": ev.LockAcquired,
+    "lock.released": ev.LockReleased,
+    "lock.acquisition_failed": ev.LockAcquisitionFailed,
+    "semaphore.acquired": ev.SemaphoreAcquired,
+    "semaphore.released": ev.SemaphoreReleased,
+    "semaphore.acquisition_failed": ev.SemaphoreAcquisitionFailed,
+}
+
+
+def emitter(run: Run, step: str | None) -> Callable[..., None] | None:
+    """How a scope reports acquisitions: as events of ``run`` naming ``step`` (None: none)."""
+    if not run.middleware:
+        return None
+
+    def emit(event: str, key: str, **fields: Any) -> None:
+        run.emit(_EVENTS[event], step, key=key, **fields)
+
+    return emit
+
+
+class StepGate:
+    """The coordination one step takes: its ordered turn once, the rest per attempt.
+
+    Every key is computed when the gate is built, before anything is taken.
+
+    Raises:
+        CoordinationKeyError: (from the constructor) a key function raised or returned nothing.
+    """
+
+    __slots__ = ("_turn", "_work", "keys")
+
+    def __init__(
+        self, run: Run, step: str, declarations: Mapping[str, Declaration], values: Any
+    ) -> None:
+        def scope(names: Mapping[str, Declaration]) -> Scope | None:
+            if not names:
+                return None
+            return Scope(
+                names,
+                values,
+                reactor=run.reactor_name,
+                step=step,
+                private=run.context.private,
+                emit=emitter(run, step),
+            )
+
+        ordered = {n: d for n, d in declarations.items() if n == "ordered_lock"}
+        self._turn = scope(ordered)
+        self._work = scope({n: d for n, d in declarations.items() if n != "ordered_lock"})
+        keys: dict[str, str] = {}
+        for part in (self._turn, self._work):
+            if part is not None:
+                keys.update(part.keys)
+        self.keys: Mapping[str, str] = MappingProxyType(keys)
+
+    def open(self) -> Admission:
+        """Wait for the ordered lock's turn, if one is declared (once per step).
+
+        Raises:
+            CoordinationError: the turn did not come within ``wait``, or the store refused.
+        """
+        return Admission.PROCEED if self._turn is None else self._turn.enter()
+
+    def enter(self) -> Admission:
+        """Take period, lock, semaphore and rate limit for one attempt of the work.
+
+        Raises:
+            CoordinationError: contention after ``wait``, a full rate limit, or the store.
+        """
+        return Admission.PROCEED if self._work is None else self._work.enter()
+
+    def exit(self, *, succeeded: bool) -> None:
+        """Release what ``enter`` took, in reverse; mark the period on a plain success."""
+        if self._work is not None:
+            self._work.exit(succeeded=succeeded, failed=not succeeded)
+
+    def close(self, *, failed: bool) -> None:
+        """Give up the ordered turn: the step reached its final result (``failed`` or not)."""
+        if self._turn is not None:
+            self._turn.exit(succeeded=not failed, failed=failed)
+
+
+def rollback_scope(
+    run: Run, step: str, declarations: Mapping[str, Declaration], values: Any
+) -> Scope | None:
+    """The scope a step's compensate/undo runs in: its lock and semaphore, same keys.
+
+    Waits are the lock's ttl and the semaphore's lease unless ``rollback_wait`` says otherwise
+    (``Declaration.for_rollback``): rollback never parks, it waits and then reports.
+
+    Raises:
+        CoordinationKeyError: a key function raised or returned nothing for ``values``.
+    """
+    taken = {}
+    for name, decl in declarations.items():
+        again = decl.for_rollback()
+        if again is not None:
+            taken[name] = again
+    if not taken:
+        return None
+    return Scope(
+        taken,
+        values,
+        reactor=run.reactor_name,
+        step=step,
+        private=run.context.private,
+        emit=emitter(run, step),
+    )
