@@ -7,7 +7,9 @@ Three runs of one reactor show what the engine does:
 3. invalid inputs: refused before anything runs, with every offending field named;
 4. two agents book for the same traveller at the same moment: a lock keyed on the traveller
    makes the second wait for the first. The lock lives in the embedded Redis that py_reactor
-   starts by itself (no server to install), so it would hold across processes too.
+   starts by itself (no server to install), so it would hold across processes too;
+5. two travellers share one company card: a lock on the *charge step alone*, keyed on the
+   card, serializes the two charges while both trips reserve flights and hotels at once.
 
 Run it with ``python examples/demo.py``.
 """
@@ -118,6 +120,25 @@ class BookTripOnePerTraveller(BookTrip):
     """The same trip, but one booking per traveller at a time, across threads and processes."""
 
 
+@with_lock(lambda args: f"card:{args['card'][-4:]}", ttl=30, wait=10)
+class ChargeCardOneAtATime(ChargeCard):
+    """The same charge, one at a time per card: the bank answers slowly for shared cards."""
+
+    def run(self) -> Success | Failure:
+        time.sleep(0.2)
+        return super().run()
+
+
+class BookTripSharedCard(BookTrip):
+    """The same trip; only its charge step is locked, on the card it charges."""
+
+    charge = step(
+        ChargeCardOneAtATime,
+        amount=Input("nights", transform=lambda n: 120 * n),
+        wait_for=["flight", "hotel"],
+    )
+
+
 _print_lock = threading.Lock()
 
 
@@ -147,7 +168,8 @@ class Narrator(Middleware):
 
     def on_lock_acquired(self, event: ev.LockAcquired) -> None:
         run = event.execution_id[:6]
-        say(f"  lock  {event.key} taken by run {run} (fencing token {event.fencing_token})")
+        where = f" at step {event.step}" if event.step else ""
+        say(f"  lock  {event.key} taken by run {run}{where} (fencing token {event.fencing_token})")
 
     def on_lock_released(self, event: ev.LockReleased) -> None:
         # The release hands the lock straight to the waiting run, which may report first.
@@ -211,6 +233,25 @@ def main() -> None:
     for thread in both:
         thread.join()
     print(f"     still booked: {sorted(b for b in BOOKED if ':dee' in b)}")
+
+    print(
+        "\n== 5. Eve and Finn share a card: only the charge step is locked, on the card;"
+        "\n      both trips reserve at once, the two charges go one after the other"
+    )
+    started = time.monotonic()
+    trips = [
+        threading.Thread(
+            target=BookTripSharedCard.run,
+            kwargs={"traveller": who, "destination": city, "nights": 2, "card": "5555"},
+        )
+        for who, city in (("eve", "porto"), ("finn", "bergen"))
+    ]
+    for thread in trips:
+        thread.start()
+    for thread in trips:
+        thread.join()
+    took = time.monotonic() - started
+    print(f"     both booked in {took:.1f}s; locking the whole trip instead would serialize it all")
 
 
 if __name__ == "__main__":

@@ -57,9 +57,32 @@ def test_demo_serializes_two_bookings_for_one_traveller_with_a_lock() -> None:
         timeout=120,
     )
     assert done.returncode == 0, done.stderr
-    part = done.stdout.split("== 4.")[1].splitlines()
+    part = done.stdout.split("== 4.")[1].split("== 5.")[0].splitlines()
     taken = [i for i, line in enumerate(part) if "lock  traveller:dee taken" in line]
     confirmed = [i for i, line in enumerate(part) if "ok    confirm" in line]
     assert len(taken) == 2
     assert len(confirmed) == 2
     assert taken[0] < confirmed[0] < taken[1] < confirmed[1]
+
+
+def test_demo_locks_only_the_charge_step_for_a_shared_card() -> None:
+    """In part 5 both trips reserve before the second charge gets the card lock, at step charge."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "demo.py")],
+        check=False,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    part = done.stdout.split("== 5.")[1].splitlines()
+    taken = [i for i, line in enumerate(part) if "lock  card:5555 taken" in line]
+    flights = [i for i, line in enumerate(part) if "ok    flight" in line]
+    charged = [i for i, line in enumerate(part) if "ok    charge" in line]
+    assert len(taken) == 2
+    assert all("at step charge" in part[i] for i in taken)
+    assert len(flights) == 2
+    assert max(flights) < taken[1]  # both trips reserved while the first charge was locked
+    assert taken[0] < charged[0]
+    assert len(charged) == 2

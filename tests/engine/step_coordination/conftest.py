@@ -1,0 +1,35 @@
+"""Fixtures of the step-level coordination tests: the private server, a recorder per test.
+
+Every test runs against the session's private redis-server, with keys unique to the test
+(the ``key`` fixture of ``tests/conftest.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from py_reactor import configure
+from tests._overlap import OverlapRecorder
+from tests._redis import PrivateRedis
+
+
+@pytest.fixture(autouse=True)
+def _server(_default_settings: None, redis_url: str) -> Iterator[None]:
+    """Point py_reactor at the private server (settings are restored after the test)."""
+    configure(redis_url=redis_url)
+    yield
+
+
+@pytest.fixture
+def raw(private_redis: PrivateRedis) -> redis.Redis:
+    """A plain client of the private server, for reading state and the server's clock."""
+    return private_redis.client()
+
+
+@pytest.fixture
+def overlap(redis_url: str, key: str) -> OverlapRecorder:
+    """A Redis-backed overlap recorder of this test's own."""
+    return OverlapRecorder(redis_url, f"{key}-rec")
