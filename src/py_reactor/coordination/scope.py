@@ -88,6 +88,7 @@ class Scope:
         "_keys",
         "_primitives",
         "_slot",
+        "_taking",
         "declarations",
         "emit",
         "private",
@@ -124,6 +125,7 @@ class Scope:
                     raise
         self._primitives = {name: declarations[name].make(key) for name, key in self._keys.items()}
         self._held: list[tuple[str, Any]] = []
+        self._taking: str | None = None  # the primitive being taken, to locate store errors
 
     @property
     def keys(self) -> Mapping[str, str]:
@@ -148,6 +150,10 @@ class Scope:
 
     def _locate(self, exc: CoordinationError) -> CoordinationError:
         """``exc`` with this scope's reactor and step filled in and named in its message."""
+        if exc.primitive is None and self._taking is not None:
+            exc.primitive = self._taking  # a store error: say which primitive it interrupted
+        if exc.key is None and exc.primitive in self._keys:
+            exc.key = self._keys[exc.primitive]
         if exc.reactor is None:
             exc.reactor = self.reactor
             exc.step = self.step
@@ -160,6 +166,7 @@ class Scope:
         prims = self._primitives
         ordered = prims.get("ordered_lock")
         if ordered is not None and not self._holding("ordered_lock"):
+            self._taking = "ordered_lock"
             position = self._position(ordered)
             try:
                 turn = ordered.wait_turn(position)
@@ -174,8 +181,10 @@ class Scope:
         period = prims.get("period")
         if period is not None and self._holding("period"):
             period = None  # an enclosing run of this execution holds the claim: re-entrant
-        if period is not None and period.is_done():
-            return Admission.PERIOD_DONE
+        if period is not None:
+            self._taking = "period"
+            if period.is_done():
+                return Admission.PERIOD_DONE
         lock = prims.get("lock")
         if lock is not None:
             hold = self._take("lock", lock)
@@ -185,12 +194,14 @@ class Scope:
             self._take("semaphore", semaphore)
             self._report("semaphore.acquired", "semaphore")
         if period is not None:
+            self._taking = "period"
             claim = period.claim()
             if not claim.due:
                 return Admission.PERIOD_DONE
             self._note("period", claim)
         rate = prims.get("rate_limit")
         if rate is not None and not (self._charged and self.private.get(self._charged)):
+            self._taking = "rate_limit"
             rate.acquire()
             if self._charged:
                 self.private[self._charged] = True
@@ -211,6 +222,7 @@ class Scope:
         return position
 
     def _take(self, name: str, primitive: Any) -> Any:
+        self._taking = name
         try:
             hold = primitive.acquire()
         except CoordinationError as exc:

@@ -71,7 +71,9 @@ def execute(
                     ),
                 )
         context.status = Status.RUNNING
-    token = current_owner.set(context.root_id)
+    # Holds belong to the root execution; a run started inside another execution's step (a
+    # nested ``Child.run()`` in this thread) is part of that execution and re-enters its holds.
+    token = current_owner.set(current_owner.get() or context.root_id)
     try:
         if not cls.coordination:
             return _walk(cls, run)

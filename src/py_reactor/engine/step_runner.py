@@ -102,7 +102,7 @@ def run_resolved(
         gate = StepGate(run, name, declared, values)
         admission = gate.open()
     except CoordinationError as exc:
-        return _contended(run, name, values, exc, 0, started)
+        return _contended(run, name, values, exc, 0, started, unit)
     result: StepResult | None = None
     try:
         if admission is not Admission.PROCEED:
@@ -130,16 +130,17 @@ def _attempts(
     attempt = 0
     while True:
         attempt += 1
-        run.emit(ev.StepStarted, name, attempt=attempt)
         if gate is None:
+            run.emit(ev.StepStarted, name, attempt=attempt)
             signal = _work(unit)
         else:
             try:
                 admission = gate.enter()
             except CoordinationError as exc:
-                return _contended(run, name, values, exc, attempt, started)
+                return _contended(run, name, values, exc, attempt - 1, started, unit)
             if admission is not Admission.PROCEED:
                 return _skip(run, name, values, Skipped(reason=admission.value), started, where)
+            run.emit(ev.StepStarted, name, attempt=attempt)
             signal = Failure("the step's work was interrupted")
             try:
                 signal = _work(unit)
@@ -196,29 +197,37 @@ def _contended(
     name: str,
     values: dict[str, Any],
     exc: CoordinationError,
-    attempt: int,
+    attempts: int,
     started: float,
+    unit: Any,
 ) -> StepFailure:
-    """The step's coordination said no (contention, a bad key, the store): its work never ran.
+    """The step's coordination said no (contention, a bad key, the store) before an attempt.
 
     This is the one park-or-fail decision of the step path. In this process the primitive
-    has already waited its ``wait``, so the step fails (never retried, never compensated) and
-    the run rolls back as for any failure; a worker parks the execution here instead.
+    has already waited its ``wait``, so the step fails, never retried, and the run rolls back
+    as for any failure; a worker parks the execution here instead. ``attempts`` counts the
+    attempts whose work did run: if there were any, the step is compensated.
     """
     run.record(
         "failed",
         name,
         started,
-        attempt=attempt,
+        attempt=attempts,
         arguments=values,
         error=_text(exc),
         refused_by="coordination",
         primitive=exc.primitive,
         key=exc.key,
     )
-    run.emit(ev.StepFailed, name, attempt=attempt, error=exc)
+    run.emit(ev.StepFailed, name, attempt=attempts, error=exc)
     return StepFailure(
-        name, exc, retryable=False, work_started=False, arguments=values, attempts=attempt
+        name,
+        exc,
+        retryable=False,
+        work_started=attempts > 0,
+        arguments=values,
+        attempts=attempts,
+        unit=unit,
     )
 
 

@@ -6,8 +6,6 @@ Every test runs against the session's private redis-server, with keys unique to 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import redis
 
@@ -17,10 +15,9 @@ from tests._redis import PrivateRedis
 
 
 @pytest.fixture(autouse=True)
-def _server(_default_settings: None, redis_url: str) -> Iterator[None]:
+def _server(_default_settings: None, redis_url: str) -> None:
     """Point py_reactor at the private server (settings are restored after the test)."""
     configure(redis_url=redis_url)
-    yield
 
 
 @pytest.fixture
