@@ -61,6 +61,12 @@ class StepFailure:
     attempts: int = 0
     validation_errors: list[dict[str, Any]] = field(default_factory=list)
     unit: Any = None  # the object whose work failed: compensate runs on it
+    work_error: Any = None  # set when ``error`` is not the work's own (a refused retry)
+
+    @property
+    def compensation_error(self) -> Any:
+        """What ``compensate`` receives: the work's own last error."""
+        return self.error if self.work_error is None else self.work_error
 
 
 def describe_exception(error: Any) -> tuple[str | None, str | None]:

@@ -39,7 +39,7 @@ def rollback(
     failed = failure.step if failure is not None and failure.work_started else None
     if failure is not None and failed is not None and defines(declarations[failed], "compensate"):
         decl = declarations[failed]
-        call = partial(failure.unit.compensate, failure.error)
+        call = partial(failure.unit.compensate, failure.compensation_error)
         _call(run, "compensate", failed, call, decl, failure.arguments or {})
     undo_completed(run, declarations)
     run.emit(ev.RollbackFinished, step, failures=len(run.rollback_failures))

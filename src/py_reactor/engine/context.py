@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import enum
 import uuid
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Context", "Status", "new_id"]
+__all__ = ["Context", "Status", "new_id", "running_context"]
 
 
 def new_id() -> str:
@@ -29,6 +30,12 @@ class Status(enum.StrEnum):
     FAILED = "failed"
     HALTED = "halted"
     ABORTED = "aborted"  # interrupted (KeyboardInterrupt/SystemExit): no rollback ran
+
+
+#: The context of the execution running in this thread, if any. A reactor run or a step
+#: invocation started from inside it (a step body calling ``Child.run()`` or ``X.invoke()``)
+#: becomes part of that execution: same root id, so it re-enters the execution's holds.
+running_context: ContextVar[Context | None] = ContextVar("py_reactor_context", default=None)
 
 
 @dataclass(eq=False, slots=True)

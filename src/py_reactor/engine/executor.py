@@ -19,7 +19,7 @@ from py_reactor.dsl.registry import class_path
 from py_reactor.engine._coordinate import emitter
 from py_reactor.engine._run import Run, StepFailure, describe_exception
 from py_reactor.engine.compensation import rollback
-from py_reactor.engine.context import Context, Status
+from py_reactor.engine.context import Context, Status, running_context
 from py_reactor.engine.results import FailureResult, HaltedResult, Outcome, SuccessResult
 from py_reactor.engine.step_runner import Halted, run_step
 from py_reactor.errors import CoordinationError, InputValidationError
@@ -30,8 +30,15 @@ __all__ = ["execute", "failure_result", "run_reactor"]
 
 
 def run_reactor(cls: type[Reactor], inputs: Mapping[str, Any]) -> Outcome:
-    """Start a new execution of ``cls`` with raw ``inputs`` and run it to its end."""
-    return execute(cls, Context(reactor=class_path(cls), inputs=dict(inputs)))
+    """Start a new execution of ``cls`` with raw ``inputs`` and run it to its end.
+
+    Started from inside a running execution (a step body), the run is part of that execution:
+    it shares its root id and its registry of held keys, so it re-enters the holds.
+    """
+    path, raw = class_path(cls), dict(inputs)
+    running = running_context.get()
+    context = Context(reactor=path, inputs=raw) if running is None else running.child(path, raw)
+    return execute(cls, context)
 
 
 def execute(
@@ -71,14 +78,14 @@ def execute(
                     ),
                 )
         context.status = Status.RUNNING
-    # Holds belong to the root execution; a run started inside another execution's step (a
-    # nested ``Child.run()`` in this thread) is part of that execution and re-enters its holds.
-    token = current_owner.set(current_owner.get() or context.root_id)
+    token = current_owner.set(context.root_id)  # holds belong to the root execution
+    running = running_context.set(context)
     try:
         if not cls.coordination:
             return _walk(cls, run)
         return _coordinated(cls, run)
     finally:
+        running_context.reset(running)
         current_owner.reset(token)
 
 

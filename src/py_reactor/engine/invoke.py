@@ -10,7 +10,7 @@ from py_reactor.coordination.owner import current_owner
 from py_reactor.dsl.declaration import StepDeclaration
 from py_reactor.engine._run import Run, StepFailure
 from py_reactor.engine.compensation import rollback
-from py_reactor.engine.context import Context, Status
+from py_reactor.engine.context import Context, Status, running_context
 from py_reactor.engine.executor import failure_result
 from py_reactor.engine.results import HaltedResult, Outcome, SuccessResult
 from py_reactor.engine.step_runner import Halted, run_resolved
@@ -42,13 +42,14 @@ def invoke_declaration(
         )
     name = decl.label
     raw = dict(args)
-    own = Context(reactor=name, inputs=raw) if context is None else context.child(name, raw)
+    # This call is part of the given execution, else of the one running in this thread (a
+    # step body calling invoke), else of none: its holds belong to that execution's root.
+    parent = context if context is not None else running_context.get()
+    own = Context(reactor=name, inputs=raw) if parent is None else parent.child(name, raw)
     own.status = Status.RUNNING
     run = Run(name, own, get_config().middleware)
-    # Holds belong to the execution this call is part of: the given context's, else the one
-    # running in this thread (a step body calling invoke), else this call alone.
-    nested = context is None and current_owner.get() is not None
-    token = None if nested else current_owner.set(own.root_id)
+    token = current_owner.set(own.root_id)
+    running = running_context.set(own)
     try:
         result = run_resolved(run, name, decl, raw, retry=False)
         if isinstance(result, StepFailure):
@@ -58,8 +59,8 @@ def invoke_declaration(
         own.status = Status.ABORTED
         raise
     finally:
-        if token is not None:
-            current_owner.reset(token)
+        running_context.reset(running)
+        current_owner.reset(token)
     if isinstance(result, Halted):
         own.status = Status.HALTED
         return HaltedResult(own, reason=result.reason, step_name=name)

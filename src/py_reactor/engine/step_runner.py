@@ -102,7 +102,7 @@ def run_resolved(
         gate = StepGate(run, name, declared, values)
         admission = gate.open()
     except CoordinationError as exc:
-        return _contended(run, name, values, exc, 0, started, unit)
+        return _contended(run, name, values, exc, 0, started, unit, None)
     result: StepResult | None = None
     try:
         if admission is not Admission.PROCEED:
@@ -127,6 +127,7 @@ def _attempts(
     """Run the step's work until it succeeds, stops, or fails for good."""
     max_attempts = policy.max_attempts if policy is not None else 1
     where = {} if gate is None else {"coordination": dict(gate.keys)}
+    last: Failure | None = None  # the last attempt's failure: what compensate receives
     attempt = 0
     while True:
         attempt += 1
@@ -137,8 +138,9 @@ def _attempts(
             try:
                 admission = gate.enter()
             except CoordinationError as exc:
-                return _contended(run, name, values, exc, attempt - 1, started, unit)
+                return _contended(run, name, values, exc, attempt - 1, started, unit, last, where)
             if admission is not Admission.PROCEED:
+                gate.exit(succeeded=False)  # the period re-check said no after lock/semaphore
                 return _skip(run, name, values, Skipped(reason=admission.value), started, where)
             run.emit(ev.StepStarted, name, attempt=attempt)
             signal = Failure("the step's work was interrupted")
@@ -152,7 +154,7 @@ def _attempts(
             return _skip(run, name, values, signal, started, where)
         if isinstance(signal, Halt):
             return _halt(run, name, signal.reason, started)
-        failure = signal
+        failure = last = signal
         if failure.retryable and attempt < max_attempts and policy is not None:
             delay = policy.delay(attempt)
             run.record(
@@ -200,13 +202,16 @@ def _contended(
     attempts: int,
     started: float,
     unit: Any,
+    last: Failure | None,
+    where: Mapping[str, Any] = _NOTHING,
 ) -> StepFailure:
     """The step's coordination said no (contention, a bad key, the store) before an attempt.
 
     This is the one park-or-fail decision of the step path. In this process the primitive
     has already waited its ``wait``, so the step fails, never retried, and the run rolls back
     as for any failure; a worker parks the execution here instead. ``attempts`` counts the
-    attempts whose work did run: if there were any, the step is compensated.
+    attempts whose work did run: if there were any, the step is compensated, with ``last``
+    (the last attempt's failure) as its error.
     """
     run.record(
         "failed",
@@ -218,6 +223,7 @@ def _contended(
         refused_by="coordination",
         primitive=exc.primitive,
         key=exc.key,
+        **where,
     )
     run.emit(ev.StepFailed, name, attempt=attempts, error=exc)
     return StepFailure(
@@ -228,6 +234,7 @@ def _contended(
         arguments=values,
         attempts=attempts,
         unit=unit,
+        work_error=None if last is None else last.error,
     )
 
 

@@ -56,14 +56,17 @@ class BusyReactor(Reactor):
 
 
 def test_contention_on_a_later_attempt_compensates_the_work_that_ran(key: str) -> None:
-    """Two attempts ran and failed; the third is refused by the rate limit: compensate runs."""
+    """Two attempts ran and failed; the third is refused by the rate limit: compensate runs.
+
+    It receives the work's own last error; the outcome reports why the retries stopped.
+    """
     CALLS.clear()
     rec = recorder()
     outcome = FlakyReactor.run(key=key)
     assert outcome.status == "failed"
     assert isinstance(outcome.error, RateLimitExceededError)
     assert outcome.attempts == 2
-    assert CALLS == ["run", "run", "compensate:RateLimitExceededError"]
+    assert CALLS == ["run", "run", "compensate:TimeoutError"]
     assert [e.attempt for e in rec.of(ev.StepStarted)] == [1, 2]
     (failed,) = rec.of(ev.StepFailed)
     assert failed.attempt == 2
@@ -71,6 +74,7 @@ def test_contention_on_a_later_attempt_compensates_the_work_that_ran(key: str) -
     assert entry["refused_by"] == "coordination"
     assert entry["primitive"] == "rate_limit"
     assert entry["key"] == key
+    assert entry["coordination"] == {"rate_limit": key}
 
 
 def test_contention_on_the_first_attempt_is_no_attempt_and_not_compensated(key: str) -> None:
