@@ -1,0 +1,387 @@
+"""Step coordination as operators see it: events naming the step, located errors, the trace.
+
+Lock and semaphore events carry the key and the step that took it (``None`` at reactor level),
+on the way in, on the way out, when the key stays busy, and when rollback re-takes it. A
+contention failure names reactor, step and key; the trace records which step held which key.
+Parks and the dashboard do not exist in this port yet, so they are not covered here.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from py_reactor import (
+    Failure,
+    FailureResult,
+    Lock,
+    Middleware,
+    Reactor,
+    Semaphore,
+    Step,
+    configure,
+    step,
+    with_lock,
+    with_semaphore,
+)
+from py_reactor.engine.results import Outcome
+from py_reactor.errors import (
+    CoordinationError,
+    LockAcquisitionError,
+    SemaphoreAcquisitionError,
+)
+from py_reactor.observability import events as ev
+from py_reactor.observability.middleware import HOOKS
+from tests.engine.coordination._helpers import (
+    Recorder,
+    lock_is_free,
+    recorder,
+    semaphore_is_free,
+)
+
+# -- steps and reactors ------------------------------------------------------------------------
+
+
+def acct(args: Mapping[str, Any]) -> str:
+    """The step key: ``acct:<account_id>`` (from the step's arguments)."""
+    return f"acct:{args['account_id']}"
+
+
+def order(inputs: Mapping[str, Any]) -> str:
+    """The reactor key: ``order:<account_id>`` (from the reactor's inputs)."""
+    return f"order:{inputs['account_id']}"
+
+
+class ChargeWork(Step):
+    """Charges (or raises after starting); compensate and undo do nothing but exist."""
+
+    account_id: str
+    fail_charge: bool = False
+
+    def run(self) -> Any:
+        if self.inputs.fail_charge:
+            raise ValueError("card declined after the charge started")
+        return "charged"
+
+    def compensate(self, error: Any) -> Any:
+        return None
+
+    def undo(self, result: Any) -> Any:
+        return None
+
+
+@with_lock(acct, rollback_wait=0.2)
+@with_semaphore(acct, limit=1, rollback_wait=0.2)
+class Charge(ChargeWork):
+    """A lock and a one-slot semaphore on the account; neither waits."""
+
+
+@with_lock(acct)
+class LockedCharge(ChargeWork):
+    """A lock on the account only."""
+
+
+class Ship(Step):
+    """A later step that fails when asked to (rolling the charge back)."""
+
+    fail_later: bool = False
+
+    def run(self) -> Any:
+        if self.inputs.fail_later:
+            return Failure("the courier refused the parcel", retryable=False)
+        return "shipped"
+
+
+class Checkout(Reactor):
+    account_id: str
+    fail_charge: bool = False
+    fail_later: bool = False
+    charge = step(Charge)
+    ship = step(Ship)
+    returns = "charge"
+
+
+class LockCheckout(Reactor):
+    account_id: str
+    fail_charge: bool = False
+    fail_later: bool = False
+    charge = step(LockedCharge)
+    ship = step(Ship)
+
+
+@with_lock(order)
+class OrderCheckout(Reactor):
+    account_id: str
+    charge = step(LockedCharge)
+    ship = step(Ship)
+
+
+def failing(key: str, kind: str) -> dict[str, Any]:
+    """Inputs of a run that compensates the charge (it raises) or undoes it (ship fails)."""
+    return {"account_id": key, "fail_charge": kind == "compensate", "fail_later": kind == "undo"}
+
+
+def of_step(rec: Recorder, name: str) -> list[str]:
+    """The names of the step/lock/semaphore/undo/compensation events naming step ``name``."""
+    prefixes = ("step.", "lock.", "semaphore.", "undo.", "compensation.")
+    return [e.name for e in rec.events if e.step == name and e.name.startswith(prefixes)]
+
+
+def entries(outcome: Outcome, kind: str, name: str = "charge") -> list[dict[str, Any]]:
+    """The trace entries of type ``kind`` for step ``name``."""
+    return [e for e in outcome.context.trace if e["type"] == kind and e["step"] == name]
+
+
+#: A coordinated attempt: the holds are taken, then the attempt starts; released in reverse.
+FORWARD = [
+    "lock.acquired",
+    "semaphore.acquired",
+    "step.started",
+    "semaphore.released",
+    "lock.released",
+]
+RETAKE = ["lock.acquired", "semaphore.acquired", "semaphore.released", "lock.released"]
+
+
+class HoldOnRollback(Middleware):
+    """Takes lock ``key`` for another owner as rollback starts, so the re-take must fail."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        self.hold: Any = None
+
+    def on_rollback_started(self, event: ev.RollbackStarted) -> None:
+        self.hold = Lock(self.key, owner="external", wait=0).acquire()
+
+    def close(self) -> None:
+        if self.hold is not None:
+            self.hold.release()
+
+
+class Raising(Middleware):
+    """Raises from every hook."""
+
+    def _boom(self, event: Any) -> None:
+        raise RuntimeError(f"middleware broke on {event.name}")
+
+
+for _hook in HOOKS.values():
+    setattr(Raising, _hook, Raising._boom)
+
+
+# -- events ------------------------------------------------------------------------------------
+
+
+def test_lock_and_semaphore_events_carry_the_key_and_the_step(key: str) -> None:
+    """Acquired/released events name key, step and reactor, in order inside the step's span."""
+    rec = recorder()
+    outcome = Checkout.run(account_id=key)
+    assert outcome.is_success, outcome
+    step_key = f"acct:{key}"
+    kinds = (ev.LockAcquired, ev.LockReleased, ev.SemaphoreAcquired, ev.SemaphoreReleased)
+    for kind in kinds:
+        (event,) = rec.of(kind)
+        assert event.key == step_key
+        assert event.step == "charge"
+        assert event.reactor == "Checkout"
+        assert event.execution_id == outcome.context.execution_id
+    assert rec.of(ev.LockAcquired)[0].fencing_token > 0
+    # Taken before the attempt's work starts, released in reverse before the step completes.
+    assert of_step(rec, "charge") == [*FORWARD, "step.completed"]
+    assert of_step(rec, "ship") == ["step.started", "step.completed"]
+
+
+def test_a_busy_lock_emits_a_failure_event_naming_the_step(key: str) -> None:
+    """LockAcquisitionFailed carries key, step and the very error the outcome reports."""
+    rec = recorder()
+    hold = Lock(f"acct:{key}").acquire()
+    try:
+        outcome = Checkout.run(account_id=key)
+    finally:
+        hold.release()
+    assert isinstance(outcome, FailureResult), outcome
+    (failed,) = rec.of(ev.LockAcquisitionFailed)
+    assert failed.key == f"acct:{key}"
+    assert failed.step == "charge"
+    assert failed.reactor == "Checkout"
+    assert failed.error is outcome.error
+    assert rec.of(ev.LockAcquired) == []
+    # The attempt never started: no StepStarted, only the refusal and the step's failure.
+    assert of_step(rec, "charge") == ["lock.acquisition_failed", "step.failed"]
+
+
+def test_a_full_semaphore_emits_a_failure_event_naming_the_step(key: str) -> None:
+    """The lock is taken, the slot is refused (event with key and step), the lock released."""
+    rec = recorder()
+    hold = Semaphore(f"acct:{key}", limit=1).acquire()
+    try:
+        outcome = Checkout.run(account_id=key)
+    finally:
+        hold.release()
+    assert isinstance(outcome, FailureResult), outcome
+    (failed,) = rec.of(ev.SemaphoreAcquisitionFailed)
+    assert failed.key == f"acct:{key}"
+    assert failed.step == "charge"
+    assert failed.error is outcome.error
+    assert of_step(rec, "charge") == [
+        "lock.acquired",
+        "semaphore.acquisition_failed",
+        "lock.released",
+        "step.failed",
+    ]
+
+
+def test_reactor_level_lock_events_keep_step_none(key: str) -> None:
+    """The reactor's own lock events have step None; the step's lock events name the step."""
+    rec = recorder()
+    outcome = OrderCheckout.run(account_id=key)
+    assert outcome.is_success, outcome
+    taken = [(e.key, e.step) for e in rec.of(ev.LockAcquired)]
+    released = [(e.key, e.step) for e in rec.of(ev.LockReleased)]
+    assert taken == [(f"order:{key}", None), (f"acct:{key}", "charge")]
+    assert released == [(f"acct:{key}", "charge"), (f"order:{key}", None)]
+
+
+@pytest.mark.parametrize("kind", ["undo", "compensate"])
+def test_rollback_retakes_emit_events_naming_the_step(kind: str, key: str) -> None:
+    """The compensate/undo re-take and release events carry the key and the step too."""
+    rec = recorder()
+    outcome = Checkout.run(**failing(key, kind))
+    assert isinstance(outcome, FailureResult), outcome
+    assert outcome.rollback_failures == []
+    ended, began, done = (
+        ("step.completed", "undo.started", "undo.completed")
+        if kind == "undo"
+        else ("step.failed", "compensation.started", "compensation.completed")
+    )
+    assert of_step(rec, "charge") == [*FORWARD, ended, began, *RETAKE, done]
+    coordination = (ev.LockAcquired, ev.LockReleased, ev.SemaphoreAcquired, ev.SemaphoreReleased)
+    for event in rec.events:
+        if isinstance(event, coordination):
+            assert (event.key, event.step, event.reactor) == (f"acct:{key}", "charge", "Checkout")
+
+
+@pytest.mark.parametrize("kind", ["undo", "compensate"])
+def test_a_refused_rollback_retake_emits_a_failure_event_naming_the_step(
+    kind: str, key: str
+) -> None:
+    """Rollback cannot re-take the lock: LockAcquisitionFailed names step and key, then *Failed."""
+    rec = Recorder()
+    holder = HoldOnRollback(f"acct:{key}")
+    configure(middleware=[holder, rec])
+    try:
+        outcome = Checkout.run(**failing(key, kind))
+    finally:
+        holder.close()
+    assert isinstance(outcome, FailureResult), outcome
+    (failed,) = rec.of(ev.LockAcquisitionFailed)
+    assert (failed.key, failed.step) == (f"acct:{key}", "charge")
+    assert isinstance(failed.error, LockAcquisitionError)
+    began, refused = (
+        ("undo.started", "undo.failed")
+        if kind == "undo"
+        else ("compensation.started", "compensation.failed")
+    )
+    names = of_step(rec, "charge")
+    assert names[names.index(began) :] == [began, "lock.acquisition_failed", refused]
+    assert len(rec.of(ev.LockAcquired)) == 1  # the forward hold only
+
+
+# -- the contention failure outcome ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("busy", "error_class"),
+    [("lock", LockAcquisitionError), ("semaphore", SemaphoreAcquisitionError)],
+)
+def test_a_contention_failure_names_reactor_step_and_key(
+    busy: str, error_class: type[CoordinationError], key: str
+) -> None:
+    """The outcome's step_name/reactor_name and the error's message and fields locate it."""
+    step_key = f"acct:{key}"
+    hold = Lock(step_key).acquire() if busy == "lock" else Semaphore(step_key, limit=1).acquire()
+    try:
+        outcome = Checkout.run(account_id=key)
+    finally:
+        hold.release()
+    assert isinstance(outcome, FailureResult), outcome
+    assert outcome.step_name == "charge"
+    assert outcome.reactor_name == "Checkout"
+    assert outcome.retryable is False
+    error = outcome.error
+    assert isinstance(error, error_class)
+    assert error.primitive == busy
+    assert error.key == step_key
+    assert (error.reactor, error.step) == ("Checkout", "charge")
+    assert str(error).startswith("reactor Checkout, step 'charge': ")
+    assert step_key in str(error)
+    (entry,) = entries(outcome, "failed")
+    assert entry["refused_by"] == "coordination"
+    assert entry["primitive"] == busy
+    assert entry["key"] == step_key
+    assert step_key in entry["error"]
+
+
+# -- the trace ---------------------------------------------------------------------------------
+
+
+def test_the_run_entry_records_the_key_the_step_held(key: str) -> None:
+    """A coordinated step's "run" entry names its keys; an uncoordinated one has none."""
+    outcome = LockCheckout.run(account_id=key)
+    assert outcome.is_success, outcome
+    (run,) = entries(outcome, "run")
+    assert run["coordination"] == {"lock": f"acct:{key}"}
+    (ship,) = entries(outcome, "run", "ship")
+    assert "coordination" not in ship
+    both = Checkout.run(account_id=key)
+    (run,) = entries(both, "run")
+    assert run["coordination"] == {"lock": f"acct:{key}", "semaphore": f"acct:{key}"}
+
+
+def test_a_failed_coordinated_step_records_its_key(key: str) -> None:
+    """The "failed" entry of a coordinated step whose work raised names its key too."""
+    outcome = LockCheckout.run(**failing(key, "compensate"))
+    assert isinstance(outcome, FailureResult), outcome
+    (failed,) = entries(outcome, "failed")
+    assert failed["coordination"] == {"lock": f"acct:{key}"}
+    assert "refused_by" not in failed
+
+
+@pytest.mark.parametrize("kind", ["undo", "compensate"])
+def test_rollback_entries_carry_the_key(kind: str, key: str) -> None:
+    """The compensate/undo entry of a coordinated step names the key it re-took."""
+    outcome = LockCheckout.run(**failing(key, kind))
+    assert isinstance(outcome, FailureResult), outcome
+    (entry,) = entries(outcome, kind)
+    assert entry["ok"] is True
+    assert entry["key"] == f"acct:{key}"
+
+
+# -- a middleware that raises ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["success", "undo", "compensate"])
+def test_a_raising_middleware_breaks_nothing_and_holds_are_released(
+    kind: str, key: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every hook raising: the run ends as it would, other middleware still hear, keys free."""
+    rec = Recorder()
+    configure(middleware=[Raising(), rec])
+    inputs = {"account_id": key} if kind == "success" else failing(key, kind)
+    with caplog.at_level(logging.ERROR, logger="py_reactor"):
+        outcome = Checkout.run(**inputs)
+    assert outcome.is_success is (kind == "success"), outcome
+    if isinstance(outcome, FailureResult):
+        assert outcome.rollback_failures == []
+        assert outcome.step_name == ("ship" if kind == "undo" else "charge")
+    else:
+        assert outcome.value == "charged"
+    assert of_step(rec, "charge")[:5] == FORWARD
+    assert lock_is_free(f"acct:{key}")
+    assert semaphore_is_free(f"acct:{key}")
+    logged = [r.getMessage() for r in caplog.records if r.name == "py_reactor"]
+    assert any("on_lock_acquired" in m and "Raising" in m for m in logged), logged
+    assert any("on_lock_released" in m for m in logged), logged
