@@ -272,72 +272,34 @@ class Ship(Step):
 # -- the reactors: reserve -> charge -> ship ---------------------------------------------------
 
 
-class Checkout(Reactor):
-    account_id: str
-    probe: str
-    fail_charge: bool = False
-    fail_later: bool = False
-    reserve = step(Reserve)
-    charge = step(Charge)
-    ship = step(Ship)
+def checkout(name: str, charge: type[Step], *, reserve: bool = True) -> type[Reactor]:
+    """A reactor ``name``: (reserve ->) charge -> ship, with ``charge`` as its charge step."""
+    namespace: dict[str, Any] = {
+        "__module__": __name__,
+        "__qualname__": name,
+        "__annotations__": {
+            "account_id": str,
+            "probe": str,
+            "fail_charge": bool,
+            "fail_later": bool,
+        },
+        "fail_charge": False,
+        "fail_later": False,
+    }
+    if reserve:
+        namespace["reserve"] = step(Reserve)
+    namespace["charge"] = step(charge)
+    namespace["ship"] = step(Ship)
+    return type(name, (Reactor,), namespace)
 
 
-class SlotCheckout(Reactor):
-    account_id: str
-    probe: str
-    fail_charge: bool = False
-    fail_later: bool = False
-    reserve = step(Reserve)
-    charge = step(SlotCharge)
-    ship = step(Ship)
-
-
-class ImpatientCheckout(Reactor):
-    account_id: str
-    probe: str
-    fail_charge: bool = False
-    fail_later: bool = False
-    reserve = step(Reserve)
-    charge = step(ImpatientCharge)
-    ship = step(Ship)
-
-
-class TtlCheckout(Reactor):
-    account_id: str
-    probe: str
-    fail_charge: bool = False
-    fail_later: bool = False
-    reserve = step(Reserve)
-    charge = step(TtlCharge)
-    ship = step(Ship)
-
-
-class FlakyKeyCheckout(Reactor):
-    account_id: str
-    probe: str
-    fail_charge: bool = False
-    fail_later: bool = False
-    reserve = step(Reserve)
-    charge = step(FlakyKeyCharge)
-    ship = step(Ship)
-
-
-class MeteredCheckout(Reactor):
-    account_id: str
-    probe: str
-    fail_charge: bool = False
-    fail_later: bool = False
-    charge = step(Metered)
-    ship = step(Ship)
-
-
-class MeteredLockedCheckout(Reactor):
-    account_id: str
-    probe: str
-    fail_charge: bool = False
-    fail_later: bool = False
-    charge = step(MeteredLocked)
-    ship = step(Ship)
+Checkout = checkout("Checkout", Charge)
+SlotCheckout = checkout("SlotCheckout", SlotCharge)
+ImpatientCheckout = checkout("ImpatientCheckout", ImpatientCharge)
+TtlCheckout = checkout("TtlCheckout", TtlCharge)
+FlakyKeyCheckout = checkout("FlakyKeyCheckout", FlakyKeyCharge)
+MeteredCheckout = checkout("MeteredCheckout", Metered, reserve=False)
+MeteredLockedCheckout = checkout("MeteredLockedCheckout", MeteredLocked, reserve=False)
 
 
 KINDS = ["undo", "compensate"]
