@@ -18,7 +18,7 @@ import redis
 from py_reactor import configure
 from py_reactor.config import get_config
 from py_reactor.coordination import Lock, LockHold, LockState
-from py_reactor.coordination.owner import current_owner
+from py_reactor.coordination.owner import bind_owner, unbind_owner
 from py_reactor.coordination.store import Store
 from py_reactor.errors import DefinitionError, LockAcquisitionError
 from py_reactor.storage import current_store
@@ -196,8 +196,8 @@ def test_separate_blocks_outside_an_execution_exclude_each_other(store: Store, k
 
 
 def test_locks_inside_an_execution_are_reentrant(store: Store, key: str) -> None:
-    """With ``current_owner`` set, nested Locks on one key re-enter as that owner."""
-    token = current_owner.set("execution-1")
+    """With an owner bound, nested Locks on one key re-enter as that owner."""
+    token = bind_owner("execution-1")
     try:
         with Lock(key, wait=0) as outer, Lock(key, wait=0) as inner:
             assert outer.owner == inner.owner == "execution-1"
@@ -205,7 +205,7 @@ def test_locks_inside_an_execution_are_reentrant(store: Store, key: str) -> None
             with pytest.raises(LockAcquisitionError):
                 Lock(key, owner="execution-2").acquire()
     finally:
-        current_owner.reset(token)
+        unbind_owner(token)
     assert Lock(key).state().owner is None
 
 

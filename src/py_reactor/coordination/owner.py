@@ -1,21 +1,43 @@
 """Who a hold belongs to: the running execution's root id, else a fresh id per acquisition.
 
-The engine sets ``current_owner`` while it runs an execution, so a ``Lock`` taken in a step
-body (or by a composed child) on a key the execution already holds is re-entrant instead of
-deadlocking on itself.
+The engine binds the owner (``bind_owner``) while it runs an execution, so a ``Lock`` taken in
+a step body (or by a composed child) on a key the execution already holds is re-entrant
+instead of deadlocking on itself. The binding is per thread: work handed to another thread is
+another owner, even when it carries a copy of the context.
 """
 
 from __future__ import annotations
 
 import itertools
 import os
+import threading
 import uuid
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 
-__all__ = ["current_owner", "new_owner", "owner_or_new"]
+__all__ = ["bind_owner", "new_owner", "owner_or_new", "running_owner", "unbind_owner"]
 
-#: The root execution id of the execution running in this thread, if any.
-current_owner: ContextVar[str | None] = ContextVar("py_reactor_owner", default=None)
+# The root execution id of the execution running in this thread, and that thread. A context
+# copied into another thread (``contextvars.copy_context``, ``asyncio.to_thread``) carries the
+# value along, but ownership never crosses to another thread: there it reads as unset.
+_current: ContextVar[tuple[str, int] | None] = ContextVar("py_reactor_owner", default=None)
+
+
+def bind_owner(owner: str) -> Token[tuple[str, int] | None]:
+    """Make ``owner`` the default owner of holds taken in this thread; undo with the token."""
+    return _current.set((owner, threading.get_ident()))
+
+
+def unbind_owner(token: Token[tuple[str, int] | None]) -> None:
+    """Restore the owner that ``bind_owner`` replaced."""
+    _current.reset(token)
+
+
+def running_owner() -> str | None:
+    """The owner bound in this thread, if any."""
+    bound = _current.get()
+    if bound is None or bound[1] != threading.get_ident():
+        return None
+    return bound[0]
 
 
 _prefix = ("", -1)
@@ -37,5 +59,5 @@ def new_owner() -> str:
 
 
 def owner_or_new(owner: str | None) -> str:
-    """``owner`` if given, else the running execution's root id, else a fresh id."""
-    return owner or current_owner.get() or new_owner()
+    """``owner`` if given, else the owner bound in this thread, else a fresh id."""
+    return owner or running_owner() or new_owner()

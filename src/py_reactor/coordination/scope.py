@@ -75,8 +75,9 @@ class Scope:
         values: what key functions receive (validated inputs or resolved arguments).
         reactor: the reactor's name; ``step`` the step's (None: reactor-level), for errors.
         private: the execution's private dict: ``held_keys`` (registry of held keys, one entry
-            per hold) and ``ordered_position`` (``ordered_position:<step>`` at step level),
-            reused when the execution comes back to the same gate. At reactor level
+            per hold, ``<primitive>:<key>``) and ``ordered_position``
+            (``ordered_position:<step>`` at step level), reused when the execution comes back
+            to the same gate. At reactor level
             ``rate_limited`` makes sure an execution is charged once; a step is charged on
             every attempt of its work.
         emit: reports acquisitions and releases (``lock.acquired``...) to middleware.
@@ -234,12 +235,23 @@ class Scope:
 
     def _holding(self, name: str) -> bool:
         """Whether this execution tree already holds ``name`` on this scope's key."""
-        return f"{name}:{self._keys[name]}" in self.private.get("held_keys", ())
+        return self._entry(name) in self.private.get("held_keys", ())
+
+    def _entry(self, name: str) -> str:
+        """How a hold of ``name`` is listed in ``held_keys``: ``lock:<key>``, ...
+
+        A period entry also names its bucket size (``period:<key>@day``): a nested run
+        re-enters an enclosing claim only for the same period, never a daily one inside an
+        hourly one.
+        """
+        if name == "period":
+            return f"period:{self._keys[name]}@{self._primitives[name].every}"
+        return f"{name}:{self._keys[name]}"
 
     def _note(self, name: str, hold: Any) -> None:
         """Remember ``hold`` for release, and list it in the execution's held-key registry."""
         self._held.append((name, hold))
-        self.private.setdefault("held_keys", []).append(f"{name}:{self._keys[name]}")
+        self.private.setdefault("held_keys", []).append(self._entry(name))
 
     def exit(self, *, succeeded: bool, failed: bool) -> None:
         """Release every hold in reverse order.
@@ -253,7 +265,7 @@ class Scope:
         while self._held:
             name, hold = self._held.pop()
             held = self.private.get("held_keys", [])
-            entry = f"{name}:{self._keys[name]}"
+            entry = self._entry(name)
             if entry in held:
                 held.remove(entry)  # one occurrence: an enclosing hold of the same key stays
             try:

@@ -6,13 +6,18 @@ carry on in another from its JSON form (see ``engine.serializer``).
 
 from __future__ import annotations
 
+import contextlib
 import enum
+import threading
 import uuid
+from collections.abc import Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Context", "Status", "new_id", "running_context"]
+from py_reactor.coordination.owner import bind_owner, unbind_owner
+
+__all__ = ["Context", "Status", "new_id", "running", "running_context"]
 
 
 def new_id() -> str:
@@ -32,10 +37,33 @@ class Status(enum.StrEnum):
     ABORTED = "aborted"  # interrupted (KeyboardInterrupt/SystemExit): no rollback ran
 
 
-#: The context of the execution running in this thread, if any. A reactor run or a step
-#: invocation started from inside it (a step body calling ``Child.run()`` or ``X.invoke()``)
-#: becomes part of that execution: same root id, so it re-enters the execution's holds.
-running_context: ContextVar[Context | None] = ContextVar("py_reactor_context", default=None)
+# The context of the execution running in this thread, and that thread (see ``running``).
+_running: ContextVar[tuple[Context, int] | None] = ContextVar("py_reactor_context", default=None)
+
+
+def running_context() -> Context | None:
+    """The context of the execution running in this thread, if any.
+
+    A reactor run or a step invocation started from inside it (a step body calling
+    ``Child.run()`` or ``X.invoke()``) becomes part of that execution: same root id, so it
+    re-enters the execution's holds. Another thread never does, even with a copied context.
+    """
+    current = _running.get()
+    if current is None or current[1] != threading.get_ident():
+        return None
+    return current[0]
+
+
+@contextlib.contextmanager
+def running(context: Context) -> Iterator[None]:
+    """Run the block as ``context``'s execution: its root id owns the holds taken in it."""
+    owner = bind_owner(context.root_id)
+    token = _running.set((context, threading.get_ident()))
+    try:
+        yield
+    finally:
+        _running.reset(token)
+        unbind_owner(owner)
 
 
 @dataclass(eq=False, slots=True)

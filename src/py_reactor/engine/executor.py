@@ -12,14 +12,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from py_reactor.config import get_config
-from py_reactor.coordination.owner import current_owner
 from py_reactor.coordination.scope import Admission, Scope
 from py_reactor.dsl.reactor import Reactor
 from py_reactor.dsl.registry import class_path
 from py_reactor.engine._coordinate import emitter
 from py_reactor.engine._run import Run, StepFailure, describe_exception
 from py_reactor.engine.compensation import rollback
-from py_reactor.engine.context import Context, Status, running_context
+from py_reactor.engine.context import Context, Status, running, running_context
 from py_reactor.engine.results import FailureResult, HaltedResult, Outcome, SuccessResult
 from py_reactor.engine.step_runner import Halted, run_step
 from py_reactor.errors import CoordinationError, InputValidationError
@@ -36,8 +35,8 @@ def run_reactor(cls: type[Reactor], inputs: Mapping[str, Any]) -> Outcome:
     it shares its root id and its registry of held keys, so it re-enters the holds.
     """
     path, raw = class_path(cls), dict(inputs)
-    running = running_context.get()
-    context = Context(reactor=path, inputs=raw) if running is None else running.child(path, raw)
+    parent = running_context()
+    context = Context(reactor=path, inputs=raw) if parent is None else parent.child(path, raw)
     return execute(cls, context)
 
 
@@ -78,15 +77,10 @@ def execute(
                     ),
                 )
         context.status = Status.RUNNING
-    token = current_owner.set(context.root_id)  # holds belong to the root execution
-    running = running_context.set(context)
-    try:
+    with running(context):  # holds belong to the root execution
         if not cls.coordination:
             return _walk(cls, run)
         return _coordinated(cls, run)
-    finally:
-        running_context.reset(running)
-        current_owner.reset(token)
 
 
 def _coordinated(cls: type[Reactor], run: Run) -> Outcome:
@@ -103,6 +97,9 @@ def _coordinated(cls: type[Reactor], run: Run) -> Outcome:
         admission = scope.enter()
     except CoordinationError as exc:
         return fail(run, StepFailure(None, exc, retryable=False, work_started=False))
+    except BaseException:  # interrupted while waiting for a key: no rollback, no work ran
+        context.status = Status.ABORTED
+        raise
     if admission is not Admission.PROCEED:
         scope.exit(succeeded=False, failed=False)
         reason = admission.value

@@ -6,11 +6,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from py_reactor.config import get_config
-from py_reactor.coordination.owner import current_owner
 from py_reactor.dsl.declaration import StepDeclaration
 from py_reactor.engine._run import Run, StepFailure
 from py_reactor.engine.compensation import rollback
-from py_reactor.engine.context import Context, Status, running_context
+from py_reactor.engine.context import Context, Status, running, running_context
 from py_reactor.engine.executor import failure_result
 from py_reactor.engine.results import HaltedResult, Outcome, SuccessResult
 from py_reactor.engine.step_runner import Halted, run_resolved
@@ -44,12 +43,16 @@ def invoke_declaration(
     raw = dict(args)
     # This call is part of the given execution, else of the one running in this thread (a
     # step body calling invoke), else of none: its holds belong to that execution's root.
-    parent = context if context is not None else running_context.get()
+    parent = context if context is not None else running_context()
     own = Context(reactor=name, inputs=raw) if parent is None else parent.child(name, raw)
     own.status = Status.RUNNING
     run = Run(name, own, get_config().middleware)
-    token = current_owner.set(own.root_id)
-    running = running_context.set(own)
+    with running(own):
+        return _run(run, name, decl, raw)
+
+
+def _run(run: Run, name: str, decl: StepDeclaration, raw: dict[str, Any]) -> Outcome:
+    own = run.context
     try:
         result = run_resolved(run, name, decl, raw, retry=False)
         if isinstance(result, StepFailure):
@@ -58,9 +61,6 @@ def invoke_declaration(
     except BaseException:
         own.status = Status.ABORTED
         raise
-    finally:
-        running_context.reset(running)
-        current_owner.reset(token)
     if isinstance(result, Halted):
         own.status = Status.HALTED
         return HaltedResult(own, reason=result.reason, step_name=name)

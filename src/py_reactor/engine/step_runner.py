@@ -100,13 +100,16 @@ def run_resolved(
         return _attempts(run, name, values, unit, policy, None, started)
     try:
         gate = StepGate(run, name, declared, values)
+    except CoordinationError as exc:  # a key function failed: nothing was taken
+        return _contended(run, name, values, exc, 0, started, unit, None)
+    where = {"coordination": dict(gate.keys)}
+    try:
         admission = gate.open()
     except CoordinationError as exc:
-        return _contended(run, name, values, exc, 0, started, unit, None)
+        return _contended(run, name, values, exc, 0, started, unit, None, where)
     result: StepResult | None = None
     try:
         if admission is not Admission.PROCEED:
-            where = {"coordination": dict(gate.keys)}
             result = _skip(run, name, values, Skipped(reason=admission.value), started, where)
         else:
             result = _attempts(run, name, values, unit, policy, gate, started)

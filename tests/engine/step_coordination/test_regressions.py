@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import contextvars
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import pytest
+
 from py_reactor import Reactor, Step, step, with_lock, with_ordered_lock, with_period
+from py_reactor.coordination.ordered_lock import OrderedLock
+from py_reactor.engine.context import Context
+from py_reactor.engine.executor import execute
 from tests.engine.coordination._helpers import lock_is_free
 
 SENT: list[str] = []
@@ -101,3 +107,136 @@ def test_a_nested_run_re_enters_the_ordered_turn_its_execution_holds(key: str) -
     assert outcome.value == "completed"
     assert ORDER == ["outer", "inner"]
     assert SequencedReactor.run(key=key).status == "completed"  # the sequence moved on
+
+
+# -- ownership never crosses to another thread, even with a copied context -------------------
+
+INSIDE: list[int] = []
+_inside_lock = threading.Lock()
+
+
+@with_lock(lambda inputs: inputs["key"], wait=10)
+class LockedChild(Reactor):
+    key: str
+
+    @step()
+    def work(key: str) -> str:
+        with _inside_lock:
+            INSIDE.append(1)
+            now = len(INSIDE)
+        try:
+            both_in.wait(0.5)  # gives a second thread that wrongly shares the hold time to enter
+            return f"saw {now}"
+        finally:
+            with _inside_lock:
+                INSIDE.pop()
+
+    returns = "work"
+
+
+both_in = threading.Event()
+
+
+class FansOut(Reactor):
+    key: str
+
+    @step()
+    def fan(key: str) -> list[str]:
+        with ThreadPoolExecutor(2) as pool:
+            futures = [
+                pool.submit(contextvars.copy_context().run, LockedChild.run, key=key)
+                for _ in range(2)
+            ]
+            return [f.result().value for f in futures]
+
+    returns = "fan"
+
+
+def test_nested_runs_in_copied_contexts_on_other_threads_still_exclude_each_other(
+    key: str,
+) -> None:
+    """Two nested runs handed to pool threads with a copied context are two owners."""
+    INSIDE.clear()
+    outcome = FansOut.run(key=key)
+    assert outcome.status == "completed", outcome
+    assert sorted(outcome.value) == ["saw 1", "saw 1"]
+
+
+# -- a nested period re-enters only the same period ------------------------------------------
+
+DAILY_RAN: list[str] = []
+
+
+@with_period(lambda inputs: inputs["key"], every="day")
+class DailyChild(Reactor):
+    key: str
+
+    @step()
+    def work(key: str) -> str:
+        DAILY_RAN.append(key)
+        return "daily"
+
+
+@with_period(lambda inputs: inputs["key"], every=3600)
+class HourlyParent(Reactor):
+    key: str
+
+    @step()
+    def nested(key: str) -> str:
+        return DailyChild.run(key=key).status
+
+    returns = "nested"
+
+
+def test_a_nested_period_of_another_length_is_claimed_and_marked(key: str) -> None:
+    """An hourly run holding period K does not make a nested daily run on K re-entrant."""
+    DAILY_RAN.clear()
+    assert HourlyParent.run(key=key).value == "completed"
+    assert DailyChild.run(key=key).status == "halted"  # the daily bucket was marked
+    assert [key] == DAILY_RAN
+
+
+# -- the ordered turn's refusal records the step's keys; an interrupted gate aborts ------------
+
+
+@with_ordered_lock(lambda a: a["key"], wait=0.2)
+class Impatient(Step):
+    key: str
+
+    def run(self) -> Any:
+        return "ran"
+
+
+class ImpatientFlow(Reactor):
+    key: str
+    go = step(Impatient)
+
+
+def test_an_ordered_turn_timeout_records_the_steps_keys(key: str) -> None:
+    """A step refused at its ordered turn has a failed trace entry naming its key."""
+    blocker = OrderedLock(key)
+    blocker.take_position()  # position 1, alive and never done: the run's turn never comes
+    outcome = ImpatientFlow.run(key=key)
+    assert outcome.status == "failed"
+    (entry,) = [e for e in outcome.context.trace if e["type"] == "failed"]
+    assert entry["coordination"] == {"ordered_lock": key}
+    assert entry["primitive"] == "ordered_lock"
+
+
+def _interrupt(inputs: Any) -> str:
+    raise KeyboardInterrupt
+
+
+@with_lock(_interrupt)
+class InterruptedAtTheGate(Reactor):
+    @step()
+    def never() -> None:
+        raise AssertionError("no step runs")
+
+
+def test_an_interrupt_in_reactor_coordination_marks_the_run_aborted() -> None:
+    """Ctrl-C while a reactor takes its coordination leaves the context aborted, not running."""
+    context = Context(reactor="InterruptedAtTheGate", inputs={})
+    with pytest.raises(KeyboardInterrupt):
+        execute(InterruptedAtTheGate, context)
+    assert context.status == "aborted"
