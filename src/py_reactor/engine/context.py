@@ -74,7 +74,8 @@ class Context:
         reactor: ``module:qualname`` of the reactor (or step) being run.
         inputs: the validated inputs (raw ones until validation).
         execution_id: this execution; ``root_id`` the outermost execution of the tree, which
-            owns every coordination hold taken inside it; ``parent_id`` the composing execution.
+            owns every coordination hold taken inside it; ``parent_id`` the execution this one
+            is nested in (composed, or run or invoked from one of its steps).
         results: each finished step's value (skipped steps included).
         arguments: the validated arguments each finished step ran with (what undo needs).
         completed: names of steps that succeeded and can be undone, oldest first.
