@@ -97,7 +97,7 @@ def run_resolved(
     policy = decl.retry_policy if retry else None
     declared = decl.coordination
     if not declared:  # the common case: one check, no coordination cost
-        return _attempts(run, name, values, unit, policy, None, started)
+        return _attempts(run, name, values, unit, policy, None, started, _NOTHING)
     try:
         gate = StepGate(run, name, declared, values)
     except CoordinationError as exc:  # a key function failed: nothing was taken
@@ -112,7 +112,7 @@ def run_resolved(
         if admission is not Admission.PROCEED:
             result = _skip(run, name, values, Skipped(reason=admission.value), started, where)
         else:
-            result = _attempts(run, name, values, unit, policy, gate, started)
+            result = _attempts(run, name, values, unit, policy, gate, started, where)
         return result
     finally:
         gate.close(failed=result is None or isinstance(result, StepFailure))
@@ -126,10 +126,13 @@ def _attempts(
     policy: RetryPolicy | None,
     gate: StepGate | None,
     started: float,
+    where: Mapping[str, Any],
 ) -> StepResult:
-    """Run the step's work until it succeeds, stops, or fails for good."""
+    """Run the step's work until it succeeds, stops, or fails for good.
+
+    ``where`` (the step's coordination keys, if any) goes into its trace entries.
+    """
     max_attempts = policy.max_attempts if policy is not None else 1
-    where = {} if gate is None else {"coordination": dict(gate.keys)}
     last: Failure | None = None  # the last attempt's failure: what compensate receives
     attempt = 0
     while True:
