@@ -53,9 +53,10 @@ def compute_key(decl: Declaration, values: Mapping[str, Any], where: str) -> str
     try:
         key = spec(MappingProxyType(dict(values)))
     except Exception as exc:
+        names = ", ".join(map(repr, sorted(values))) or "nothing"
         raise CoordinationKeyError(
-            f"{where}: the {decl.primitive} key function raised {type(exc).__name__}: {exc}; "
-            "nothing was taken and no work ran",
+            f"{where}: the {decl.primitive} key function raised {type(exc).__name__}: {exc} "
+            f"(it receives a mapping of {names}); nothing was taken and no work ran",
             primitive=decl.primitive,
         ) from exc
     if key is None or key == "" or (not isinstance(key, str | int)) or isinstance(key, bool):

@@ -687,3 +687,24 @@ def test_retries_do_apply_to_the_steps_own_failures(world: World, key: str) -> N
     assert [e.attempt for e in rec.of(ev.StepStarted) if e.step == "charge"] == [1, 2]
     assert len(rec.of(ev.LockAcquired)) == 2
     assert len(rec.of(ev.LockReleased)) == 2
+
+
+@with_lock(lambda args: f"acct:{args['account']}")  # the argument is called account_id
+class MisnamedKey(Step):
+    account_id: int
+
+    def run(self) -> Any:
+        raise AssertionError("a step whose key cannot be computed never runs")
+
+
+class MisnamedKeyFlow(Reactor):
+    account_id: int
+    charge = step(MisnamedKey)
+
+
+def test_a_key_function_reading_a_missing_argument_is_told_what_it_receives() -> None:
+    """The key error names the arguments the key function was given, so a typo is obvious."""
+    outcome = MisnamedKeyFlow.run(account_id=7)
+    assert isinstance(outcome.error, CoordinationKeyError)
+    assert "KeyError: 'account'" in str(outcome.error)
+    assert "it receives a mapping of 'account_id'" in str(outcome.error)
