@@ -7,6 +7,7 @@ release, one to extend, both keyed by owner.
 
 from __future__ import annotations
 
+import logging
 import threading
 from types import TracebackType
 from typing import Generic, Self, TypeVar
@@ -15,6 +16,8 @@ from py_reactor.coordination._extender import forget
 from py_reactor.coordination.store import NAMESPACE, Store, default_store
 
 __all__ = ["WAKE_PREFIX", "Acquirable", "Hold", "UsesStore"]
+
+logger = logging.getLogger("py_reactor")
 
 #: Prefix of the per-waiter lists a release pushes to when it hands a key over.
 WAKE_PREFIX = f"{NAMESPACE}:wake:"
@@ -83,6 +86,11 @@ class Hold:
         args: tuple[str | int, ...] = (self.owner, WAKE_PREFIX, *self._check)
         if self.store.run_script(self._release, self._keys, args) == -1:
             self.lost = True
+            logger.warning(
+                "py_reactor: %r was no longer held when released: it expired (ttl or lease too "
+                "short, auto_extend off, or the process stalled); others may have entered",
+                self,
+            )
 
     def extend(self) -> bool:
         """Push the expiry out by the ttl again; False when the hold is no longer ours."""

@@ -103,6 +103,12 @@ class _Extender:
         if alive:
             entry.due = time.monotonic() + entry.every
         else:
+            if getattr(hold, "lost", False):
+                logger.warning(
+                    "py_reactor: %r expired before it could be extended (the process stalled "
+                    "longer than its ttl?); others may enter while its holder still runs",
+                    hold,
+                )
             self.forget(hold)
 
     def reset_after_fork(self) -> None:

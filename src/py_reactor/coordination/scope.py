@@ -277,7 +277,7 @@ class Scope:
                     self.private.pop(self._slot, None)
                 else:
                     hold.release()
-                    self._report(f"{name}.released", name)
+                    self._report(f"{name}.released", name, lost=hold.lost)
             except Exception:
                 logger.exception(
                     "py_reactor: releasing %s %r for %s failed; it lapses by its ttl",

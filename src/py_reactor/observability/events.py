@@ -197,6 +197,7 @@ class LockReleased(Event):
 
     name: ClassVar[str] = "lock.released"
     key: str = ""
+    lost: bool = False  # the hold had expired before the release: others may have entered
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -222,6 +223,7 @@ class SemaphoreReleased(Event):
 
     name: ClassVar[str] = "semaphore.released"
     key: str = ""
+    lost: bool = False  # the slot's lease had expired before the release
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
