@@ -11,7 +11,8 @@ declaring the same primitive twice on one class or step is refused.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import inspect
+from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any, TypeVar
 
@@ -110,7 +111,8 @@ def with_rate_limit(
     registered as ``configure(rate_limits={"stripe": {...}})``.
 
     Args:
-        key: a constant str, or a function of the validated inputs returning the key.
+        key: a constant str, or a function of the validated values (the reactor's inputs,
+            or the step's arguments) returning the key.
         limit: runs admitted per window; needs ``period``.
         period: the window: ``"second"``, ``"minute"``, ``"hour"``, ``"day"``, ``"week"`` or
             seconds.
@@ -137,7 +139,8 @@ def with_period(key: KeySpec, *, every: str | int, wait: float = 60) -> Callable
     The bucket is marked only when the work ends in a plain success.
 
     Args:
-        key: a constant str, or a function of the validated inputs returning the key.
+        key: a constant str, or a function of the validated values (the reactor's inputs,
+            or the step's arguments) returning the key.
         every: ``"minute"``, ``"hour"``, ``"day"``, ``"week"``, ``"month"``, ``"year"`` (UTC
             calendar buckets) or a number of seconds.
         wait: seconds to wait for a concurrent run of the same bucket to finish.
@@ -153,7 +156,7 @@ def with_ordered_lock(
     strict: bool = True,
     wait: float | None = None,
 ) -> Callable[[T], T]:
-    """Run executions with the same ``key`` one at a time, in the order ``run`` was called.
+    """Run executions with the same ``key`` one at a time, in the order they started.
 
     On a step, the position is taken when an execution first **arrives at the step** (its
     key reads the step's arguments), so executions pass the step in the order they reached
@@ -162,12 +165,14 @@ def with_ordered_lock(
     "ordered_lock") while the rest of their workflow continues.
 
     Args:
-        key: a constant str, or a function of the validated inputs returning the key.
+        key: a constant str, or a function of the validated values (the reactor's inputs,
+            or the step's arguments) returning the key.
         ttl: seconds the sequence's bookkeeping lives.
         poison_pill_timeout: seconds after which a position that stopped heartbeating (its
             process died) is skipped so the ones behind it can go.
-        strict: after a failure, later positions of the same sequence halt without running
-            (reason "ordered_lock") until the sequence drains.
+        strict: after a failure, later positions of the same sequence stop without running
+            (a reactor halts, a step is skipped; reason "ordered_lock") until the sequence
+            drains.
         wait: seconds to wait for this position's turn (None: as long as it takes).
     """
     return _declarer(
@@ -187,12 +192,21 @@ def _declarer(name: str, build: Callable[[], Declaration]) -> Callable[[T], T]:
         if refusal:
             raise DefinitionError(f"{name}(...) on {_label(target)}: {refusal}")
         if isinstance(target, type) and issubclass(target, Reactor | Step):
+            if issubclass(target, Reactor) and getattr(decl, "rollback_wait", None) is not None:
+                raise DefinitionError(
+                    f"{name}(rollback_wait=...) on reactor {_label(target)}: rollback_wait is "
+                    "for steps; a reactor keeps its holds through its own rollback",
+                    reactor=_label(target),
+                )
+            _check_key_shape(name, decl, target.__py_reactor_contract__.fields, _label(target))
             _attach(name, target, decl)
             return target
         if isinstance(target, StepDeclaration):
+            _check_key_shape(name, decl, target.contract.fields, target.label)
             target.attach_coordination(name, decl)
             return target
         if callable(target) and not isinstance(target, type):
+            _check_key_shape(name, decl, _parameters(target), _label(target))
             _attach_to_function(name, target, decl)
             return target
         raise DefinitionError(
@@ -200,7 +214,40 @@ def _declarer(name: str, build: Callable[[], Declaration]) -> Callable[[T], T]:
             f"function, got {target!r}"
         )
 
+    decorate.__py_reactor_decorator__ = name  # type: ignore[attr-defined]
     return decorate
+
+
+#: Parameter names that read as "the mapping of values", not as one of the values.
+_MAPPING_NAMES = frozenset({"args", "arguments", "inputs", "values", "mapping", "kwargs"})
+
+
+def _check_key_shape(name: str, decl: Declaration, names: Iterable[str], where: str) -> None:
+    """Refuse ``lambda account_id: ...``: a key function receives one mapping of all values."""
+    key = decl.key
+    if isinstance(key, str):
+        return
+    try:
+        parameters = list(inspect.signature(key).parameters.values())
+    except (TypeError, ValueError):
+        return
+    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if len(positional) != 1:
+        return
+    param = positional[0].name
+    if param in set(names) and param not in _MAPPING_NAMES:
+        raise DefinitionError(
+            f"{name}(...) on {where}: the key function's parameter is named {param!r}, like "
+            f"the value {param!r}, but it receives one read-only mapping of all the values; "
+            f'write lambda args: f"...{{args[{param!r}]}}"'
+        )
+
+
+def _parameters(fn: Any) -> list[str]:
+    try:
+        return list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return []
 
 
 def _checked(name: str, build: Callable[[], Declaration]) -> Declaration:
@@ -209,6 +256,11 @@ def _checked(name: str, build: Callable[[], Declaration]) -> Declaration:
     except DefinitionError as exc:
         raise DefinitionError(f"{name}: {exc.message}") from None
     key = decl.key
+    if isinstance(key, type | StepDeclaration):
+        raise DefinitionError(
+            f"{name} needs a key: write @{name}('some-key', ...) or "
+            f"@{name}(lambda args: ..., ...); it was applied without one to {_label(key)}"
+        )
     if not callable(key) and not (isinstance(key, str) and key):
         raise DefinitionError(
             f"{name}: key must be a non-empty str or a function of the inputs, got {key!r}"

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from py_reactor.dsl._graph import find_cycle, topological_order
 from py_reactor.dsl.contracts import Contract, contract_from_class
-from py_reactor.dsl.declaration import StepDeclaration, StepKind
+from py_reactor.dsl.declaration import COORDINATION_ATTRIBUTE, StepDeclaration, StepKind
 from py_reactor.dsl.registry import register
 from py_reactor.dsl.sources import Input, Result, Source
 from py_reactor.errors import DefinitionError
@@ -103,6 +103,13 @@ def _collect_steps(cls: type) -> dict[str, StepDeclaration]:
                 steps[attr] = value
             elif attr in steps and klass is cls:
                 del steps[attr]  # a subclass replaced an inherited step with something else
+            elif klass is cls and callable(value) and getattr(value, COORDINATION_ATTRIBUTE, None):
+                raise DefinitionError(
+                    f"{cls.__qualname__}.{attr} declares coordination but is not a step; "
+                    "did you forget @step above it?",
+                    reactor=cls.__qualname__,
+                    step=attr,
+                )
     for name in steps:
         if name in REACTOR_RESERVED:
             raise DefinitionError(

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, overload
 
 from py_reactor.dsl._inputs import Inputs
 from py_reactor.dsl.contracts import Contract, contract_from_class, contract_from_function
-from py_reactor.dsl.declaration import StepDeclaration, StepKind
+from py_reactor.dsl.declaration import COORDINATION_ATTRIBUTE, StepDeclaration, StepKind
 from py_reactor.dsl.registry import register
 from py_reactor.dsl.sources import Input, Result, Source, Value
 from py_reactor.errors import DefinitionError
@@ -49,6 +49,14 @@ class Step:
                 f"step class {cls.__qualname__} declares input {clash[0]!r}, a name the Step API "
                 f"uses ({', '.join(sorted(STEP_RESERVED))}); rename the input"
             )
+        for attr, value in vars(cls).items():
+            declared = getattr(value, COORDINATION_ATTRIBUTE, None)
+            if declared and callable(value):
+                raise DefinitionError(
+                    f"step class {cls.__qualname__}: "
+                    f"{', '.join('with_' + p for p in declared)} is declared on its method "
+                    f"{attr}(); put it on the class itself"
+                )
         exclude = set(Step.__annotations__)
         cls.__py_reactor_contract__ = contract_from_class(
             cls, exclude=exclude, owner=f"step class {cls.__qualname__}"
@@ -202,6 +210,12 @@ def _build(
     """The declaration for ``fn`` (a Step subclass or a function) with checked wiring."""
     if isinstance(fn, StepDeclaration):
         raise DefinitionError(f"{owner}: {fn!r} is already a step; apply @step once")
+    bare = getattr(fn, "__py_reactor_decorator__", None)
+    if bare is not None:
+        raise DefinitionError(
+            f"{owner}: @{bare} was applied without a key; write @{bare}('some-key', ...) or "
+            f"@{bare}(lambda args: ..., ...)"
+        )
     if isinstance(fn, type):
         if issubclass(fn, Step):
             return declare_class_step(fn, sources, waits)
