@@ -105,6 +105,14 @@ class StepGate:
         if self._turn is not None:
             self._turn.exit(succeeded=not failed, failed=failed)
 
+    def release_failed(self) -> None:
+        """Release everything of a step whose work failed for good (after its compensate).
+
+        Safe to call more than once: a scope with nothing held releases nothing.
+        """
+        self.exit(succeeded=False)
+        self.close(failed=True)
+
 
 def rollback_scope(
     run: Run, step: str, declarations: Mapping[str, Declaration], values: Any

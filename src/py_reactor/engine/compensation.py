@@ -35,12 +35,22 @@ def rollback(
     """Roll back ``run`` after ``failure``; return the failures of the rollback itself."""
     run.context.status = Status.ROLLING_BACK
     step = failure.step if failure else None
-    run.emit(ev.RollbackStarted, step)
     failed = failure.step if failure is not None and failure.work_started else None
-    if failure is not None and failed is not None and defines(declarations[failed], "compensate"):
-        decl = declarations[failed]
-        call = partial(failure.unit.compensate, failure.compensation_error)
-        _call(run, "compensate", failed, call, decl, failure.arguments or {})
+    try:
+        run.emit(ev.RollbackStarted, step)
+        if (
+            failure is not None
+            and failed is not None
+            and defines(declarations[failed], "compensate")
+        ):
+            decl = declarations[failed]
+            call = partial(failure.unit.compensate, failure.compensation_error)
+            # Under the holds its work kept, if any; else it re-takes them like an undo.
+            held = None if failure.holds is None else failure.held or {}
+            _call(run, "compensate", failed, call, decl, failure.arguments or {}, held=held)
+    finally:
+        if failure is not None:
+            failure.release_holds()  # the failed step kept its keys through its compensate
     undo_completed(run, declarations)
     run.emit(ev.RollbackFinished, step, failures=len(run.rollback_failures))
     return run.rollback_failures
@@ -79,8 +89,13 @@ def _call(
     call: Callable[[], Any],
     decl: StepDeclaration,
     values: Mapping[str, Any],
+    *,
+    held: Mapping[str, str] | None = None,
 ) -> None:
-    """Run one compensate/undo under the step's lock and semaphore; record how it went."""
+    """Run one compensate/undo under the step's lock and semaphore; record how it went.
+
+    ``held``: the keys the step still holds (its work just failed), so nothing is re-taken.
+    """
     started = time.time()
     begin, done, failed = (
         (ev.CompensationStarted, ev.CompensationCompleted, ev.CompensationFailed)
@@ -93,7 +108,9 @@ def _call(
     key: str | None = None
     scope: Scope | None = None
     try:
-        if decl.coordination:
+        if held is not None:
+            key = held.get("lock") or held.get("semaphore")
+        elif decl.coordination:
             scope = rollback_scope(run, name, decl.coordination, values)
             if scope is not None:
                 key = _first_key(scope)
@@ -119,6 +136,12 @@ def _call(
         run.emit(done, name)
         return
     message = f"{type(error).__name__}: {error}" if isinstance(error, BaseException) else str(error)
+    if reason == "coordination_unavailable":
+        what = getattr(error, "primitive", None) or "coordination"
+        message = (
+            f"{kind} of step {name!r} did not run: its {what} could not be re-taken within the "
+            f"step's rollback_wait (raise it to wait longer). {message}"
+        )
     run.record(kind, name, started, ok=False, reason=reason, error=message, **where)
     run.emit(failed, name, error=error)
     run.rollback_failures.append(

@@ -15,7 +15,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
-from py_reactor.coordination.owner import bind_owner, unbind_owner
+from py_reactor.coordination.owner import bind_owner, running_owner, unbind_owner
 
 __all__ = ["Context", "Status", "new_id", "running", "running_context"]
 
@@ -55,15 +55,19 @@ def running_context() -> Context | None:
 
 
 @contextlib.contextmanager
-def running(context: Context) -> Iterator[None]:
-    """Run the block as ``context``'s execution: its root id owns the holds taken in it."""
-    owner = bind_owner(context.root_id)
+def running(context: Context, *, owner: str | None = None) -> Iterator[None]:
+    """Run the block as ``context``'s execution in this thread.
+
+    Holds taken in it belong to ``owner`` if given, else to the owner of the execution this
+    thread is already running (a nested run joins it), else to ``context.root_id``.
+    """
+    bound = bind_owner(owner or running_owner() or context.root_id)
     token = _running.set((context, threading.get_ident()))
     try:
         yield
     finally:
         _running.reset(token)
-        unbind_owner(owner)
+        unbind_owner(bound)
 
 
 @dataclass(eq=False, slots=True)
@@ -100,6 +104,15 @@ class Context:
     def __post_init__(self) -> None:
         if not self.root_id:
             self.root_id = self.execution_id
+
+    @property
+    def held_keys(self) -> list[str]:
+        """What the execution tree holds right now, one entry per hold (``"lock:<key>"``, ...).
+
+        Shared by composed children and nested runs; empty when nothing is held.
+        """
+        held: list[str] = self.private.setdefault("held_keys", [])
+        return held
 
     def child(self, reactor: str, inputs: dict[str, Any]) -> Context:
         """A context for work nested in this execution: same root, this one as parent.

@@ -121,12 +121,14 @@ def _walk(cls: type[Reactor], run: Run) -> Outcome:
     """Run every step not yet done, in order; roll back on failure."""
     context = run.context
     plan = cls.__py_reactor_plan__
+    failure: StepFailure | None = None
     try:
         for name in cls.__py_reactor_order__:
             if name in context.results:
                 continue
             result = run_step(run, plan[name])
             if isinstance(result, StepFailure):
+                failure = result
                 rollback(run, {n: p.declaration for n, p in plan.items()}, result)
                 return fail(run, result)
             if isinstance(result, Halted):
@@ -134,6 +136,8 @@ def _walk(cls: type[Reactor], run: Run) -> Outcome:
                 run.emit(ev.ReactorHalted, name, reason=result.reason)
                 return HaltedResult(context, reason=result.reason, step_name=name)
     except BaseException:
+        if failure is not None:
+            failure.release_holds()  # interrupted before its rollback released them
         context.status = Status.ABORTED
         raise
     context.status = Status.COMPLETED

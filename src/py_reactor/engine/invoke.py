@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from py_reactor.config import get_config
+from py_reactor.coordination.owner import new_owner
 from py_reactor.dsl.declaration import StepDeclaration
 from py_reactor.engine._run import Run, StepFailure
 from py_reactor.engine.compensation import rollback
@@ -25,8 +26,9 @@ def invoke_declaration(
     ``context`` (optional) is the context of the execution this call is nested in; the new
     execution shares its root id, so it belongs to the same execution tree. The step's
     coordination is taken as in a reactor run: contention waits the declared ``wait`` and then
-    fails the outcome (there is no execution to park). Holds are owned by that execution, or by
-    the execution running in this thread (a step body calling ``invoke``), else by this call.
+    fails the outcome (there is no execution to park). Holds are owned by the execution running
+    in this thread (a step body calling ``invoke``, with or without ``context=``), else by this
+    call alone: a ``context=`` from another thread shares the trace, never the holds.
 
     Raises:
         TypeError: ``args`` is not a mapping or ``context`` is not a Context.
@@ -42,23 +44,34 @@ def invoke_declaration(
     name = decl.label
     raw = dict(args)
     # This call is part of the given execution, else of the one running in this thread (a
-    # step body calling invoke), else of none: its holds belong to that execution's root.
-    parent = context if context is not None else running_context()
+    # step body calling invoke), else of none.
+    here = running_context()
+    parent = context if context is not None else here
     own = Context(reactor=name, inputs=raw) if parent is None else parent.child(name, raw)
     own.status = Status.RUNNING
     run = Run(name, own, get_config().middleware)
-    with running(own):
+    owner = None
+    if parent is not None and (here is None or here.root_id != parent.root_id):
+        # ``context=`` of an execution this thread is not running: traced as part of it, but
+        # ownership never crosses threads, so its holds are its own, in a registry of its own.
+        owner = new_owner()
+        own.private["held_keys"] = []
+    with running(own, owner=owner):
         return _run(run, name, decl, raw)
 
 
 def _run(run: Run, name: str, decl: StepDeclaration, raw: dict[str, Any]) -> Outcome:
     own = run.context
+    failure: StepFailure | None = None
     try:
         result = run_resolved(run, name, decl, raw, retry=False)
         if isinstance(result, StepFailure):
+            failure = result
             rollback(run, {name: decl}, result)
             return failure_result(run, result)  # step events only: no reactor ran
     except BaseException:
+        if failure is not None:
+            failure.release_holds()  # interrupted before its rollback released them
         own.status = Status.ABORTED
         raise
     if isinstance(result, Halted):

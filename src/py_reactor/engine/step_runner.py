@@ -115,7 +115,10 @@ def run_resolved(
             result = _attempts(run, name, values, unit, policy, gate, started, where)
         return result
     finally:
-        gate.close(failed=result is None or isinstance(result, StepFailure))
+        if isinstance(result, StepFailure) and result.holds is not None:
+            pass  # the turn goes with the other holds, once rollback has compensated
+        else:
+            gate.close(failed=result is None or isinstance(result, StepFailure))
 
 
 def _attempts(
@@ -132,7 +135,6 @@ def _attempts(
 
     ``where`` (the step's coordination keys, if any) goes into its trace entries.
     """
-    max_attempts = policy.max_attempts if policy is not None else 1
     last: Failure | None = None  # the last attempt's failure: what compensate receives
     attempt = 0
     while True:
@@ -149,11 +151,14 @@ def _attempts(
                 gate.exit(succeeded=False)  # the period re-check said no after lock/semaphore
                 return _skip(run, name, values, Skipped(reason=admission.value), started, where)
             run.emit(ev.StepStarted, name, attempt=attempt)
-            signal = Failure("the step's work was interrupted")
             try:
                 signal = _work(unit)
-            finally:
+            except BaseException:
+                gate.exit(succeeded=False)
+                raise
+            if not (isinstance(signal, Failure) and not _retrying(signal, attempt, policy)):
                 gate.exit(succeeded=isinstance(signal, Success))
+            # else: a final failure keeps its holds until rollback has run its compensate
         if isinstance(signal, Success):
             return _complete(run, name, values, signal.value, attempt, started, where)
         if isinstance(signal, Skipped):
@@ -161,7 +166,7 @@ def _attempts(
         if isinstance(signal, Halt):
             return _halt(run, name, signal.reason, started)
         failure = last = signal
-        if failure.retryable and attempt < max_attempts and policy is not None:
+        if policy is not None and _retrying(failure, attempt, policy):
             delay = policy.delay(attempt)
             run.record(
                 "retry", name, started, attempt=attempt, error=_text(failure.error), delay=delay
@@ -171,16 +176,21 @@ def _attempts(
                 _sleep(delay)
             started = time.time()
             continue
-        run.record(
-            "failed",
-            name,
-            started,
-            attempt=attempt,
-            arguments=values,
-            error=_text(failure.error),
-            **where,
-        )
-        run.emit(ev.StepFailed, name, attempt=attempt, error=failure.error)
+        try:
+            run.record(
+                "failed",
+                name,
+                started,
+                attempt=attempt,
+                arguments=values,
+                error=_text(failure.error),
+                **where,
+            )
+            run.emit(ev.StepFailed, name, attempt=attempt, error=failure.error)
+        except BaseException:  # interrupted before rollback could take over the holds
+            if gate is not None:
+                gate.release_failed()
+            raise
         return StepFailure(
             step=name,
             error=failure.error,
@@ -189,7 +199,14 @@ def _attempts(
             arguments=values,
             attempts=attempt,
             unit=unit,
+            holds=None if gate is None else gate.release_failed,
+            held=None if gate is None else gate.keys,
         )
+
+
+def _retrying(failure: Failure, attempt: int, policy: RetryPolicy | None) -> bool:
+    """Whether ``failure`` of attempt ``attempt`` leads to another attempt."""
+    return failure.retryable and policy is not None and attempt < policy.max_attempts
 
 
 def _work(unit: Any) -> Success | Failure | Halt | Skipped:

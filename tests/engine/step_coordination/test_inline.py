@@ -3,7 +3,8 @@
 The step-scoped lock scenarios of US1 run as one parametrized suite over three placements of
 the same ``@with_lock(step_key, wait=5)`` line: above a ``Step`` class, below ``@step`` on an
 inline function, and above ``@step``. Moving the inline declaration verbatim into a Step class
-records the same events and trace. Inline ``compensate``/``undo`` run under the step's lock,
+records the same events and trace. Inline ``compensate``/``undo`` run under the step's lock (a
+compensate under the hold its failed work kept, an undo under a hold it re-takes),
 ``Reactor.<step>.coordination`` shows what was declared, and one primitive declared on both
 sides of ``@step`` is refused.
 
@@ -366,8 +367,9 @@ def test_moving_the_declaration_into_a_step_class_records_the_same(key: str, mod
 
 @pytest.mark.parametrize("reactor", [HooksBelow, HooksAbove], ids=["below", "above"])
 def test_an_inline_compensate_runs_under_the_lock(reactor: type[Reactor], key: str) -> None:
-    """The locked inline step fails: its @<step>.compensate runs while the key is held for the
-    execution (another owner is refused), and the key is free afterwards."""
+    """The locked inline step fails: its @<step>.compensate runs while the key is still held
+    for the execution from the failed work (another owner is refused; nothing is taken again),
+    and the key is released right after it, free afterwards."""
     rec = recorder()
     outcome = reactor.run(key=key, mode="fail")
     assert isinstance(outcome, FailureResult), outcome
@@ -378,7 +380,16 @@ def test_an_inline_compensate_runs_under_the_lock(reactor: type[Reactor], key: s
     (entry,) = [e for e in outcome.context.trace if e["type"] == "compensate"]
     assert entry["key"] == key
     assert outcome.rollback_failures == []
-    assert [e.step for e in rec.of(ev.LockAcquired)] == ["locked", "locked"]  # work, compensate
+    assert [e.step for e in rec.of(ev.LockAcquired)] == ["locked"]  # the work's, kept
+    assert [e.step for e in rec.of(ev.LockReleased)] == ["locked"]
+    assert rec.names("step.", "lock.", "compensation.") == [
+        "lock.acquired",
+        "step.started",
+        "step.failed",
+        "compensation.started",
+        "compensation.completed",
+        "lock.released",  # only once the compensate is done
+    ]
     assert lock_is_free(key)
 
 

@@ -1,8 +1,10 @@
 """Step coordination as operators see it: events naming the step, located errors, the trace.
 
 Lock and semaphore events carry the key and the step that took it (``None`` at reactor level),
-on the way in, on the way out, when the key stays busy, and when rollback re-takes it. A
-contention failure names reactor, step and key; the trace records which step held which key.
+on the way in, on the way out, when the key stays busy, and when rollback re-takes it. A step
+whose work failed for good keeps its holds through its compensate: their release events come
+after it. A contention failure names reactor, step and key; the trace records which step held
+which key.
 Parks and the dashboard do not exist in this port yet, so they are not covered here.
 """
 
@@ -23,8 +25,10 @@ from py_reactor import (
     Semaphore,
     Step,
     configure,
+    retries,
     step,
     with_lock,
+    with_rate_limit,
     with_semaphore,
 )
 from py_reactor.engine.results import Outcome
@@ -79,6 +83,17 @@ class Charge(ChargeWork):
     """A lock and a one-slot semaphore on the account; neither waits."""
 
 
+@retries(max_attempts=2, backoff="fixed", base_delay=0)
+@with_lock(acct, rollback_wait=0.2)
+@with_semaphore(acct, limit=1, rollback_wait=0.2)
+@with_rate_limit(acct, limit=1, period="day")
+class RetriedCharge(ChargeWork):
+    """Like Charge, retried once; its rate limit refuses the retry (after lock and semaphore).
+
+    Its compensate then has nothing kept to run under: it re-takes lock and semaphore.
+    """
+
+
 @with_lock(acct)
 class LockedCharge(ChargeWork):
     """A lock on the account only."""
@@ -102,6 +117,14 @@ class Checkout(Reactor):
     charge = step(Charge)
     ship = step(Ship)
     returns = "charge"
+
+
+class RetriedCheckout(Reactor):
+    account_id: str
+    fail_charge: bool = False
+    fail_later: bool = False
+    charge = step(RetriedCharge)
+    ship = step(Ship)
 
 
 class LockCheckout(Reactor):
@@ -144,6 +167,35 @@ FORWARD = [
     "lock.released",
 ]
 RETAKE = ["lock.acquired", "semaphore.acquired", "semaphore.released", "lock.released"]
+#: An attempt that fails for good keeps its holds through the compensate, released after it.
+FAILED_AND_COMPENSATED = [
+    "lock.acquired",
+    "semaphore.acquired",
+    "step.started",
+    "step.failed",
+    "compensation.started",
+    "compensation.completed",
+    "semaphore.released",
+    "lock.released",
+]
+#: RetriedCharge's attempts: the first raises; the second takes lock and semaphore, is refused
+#: by the rate limit (releasing them) and fails the step, which kept nothing.
+RETRIED_AND_REFUSED = [
+    *FORWARD,
+    "step.retried",
+    "lock.acquired",
+    "semaphore.acquired",
+    "semaphore.released",
+    "lock.released",
+    "step.failed",
+]
+
+#: How each rollback kind is reached for the re-take tests: its reactor, and its events up to
+#: the hook. A compensate re-takes only when the step kept nothing: its retry was refused.
+RETAKING: dict[str, tuple[type[Reactor], list[str]]] = {
+    "undo": (Checkout, [*FORWARD, "step.completed"]),
+    "compensate": (RetriedCheckout, RETRIED_AND_REFUSED),
+}
 
 
 class HoldOnRollback(Middleware):
@@ -245,38 +297,76 @@ def test_reactor_level_lock_events_keep_step_none(key: str) -> None:
     assert released == [(f"acct:{key}", "charge"), (f"order:{key}", None)]
 
 
-@pytest.mark.parametrize("kind", ["undo", "compensate"])
-def test_rollback_retakes_emit_events_naming_the_step(kind: str, key: str) -> None:
-    """The compensate/undo re-take and release events carry the key and the step too."""
+def test_a_failed_step_releases_its_holds_after_its_compensate(key: str) -> None:
+    """The work failed for good: nothing is re-taken, the compensate runs under the holds the
+    work kept, and their release events (naming key and step) come right after it."""
     rec = recorder()
-    outcome = Checkout.run(**failing(key, kind))
+    outcome = Checkout.run(**failing(key, "compensate"))
     assert isinstance(outcome, FailureResult), outcome
     assert outcome.rollback_failures == []
-    ended, began, done = (
-        ("step.completed", "undo.started", "undo.completed")
+    assert of_step(rec, "charge") == FAILED_AND_COMPENSATED
+    assert rec.names() == [
+        "reactor.started",
+        *FAILED_AND_COMPENSATED[:4],
+        "rollback.started",
+        *FAILED_AND_COMPENSATED[4:],
+        "rollback.finished",
+        "reactor.failed",
+    ]
+    coordination = (ev.LockAcquired, ev.LockReleased, ev.SemaphoreAcquired, ev.SemaphoreReleased)
+    held = [e for e in rec.events if isinstance(e, coordination)]
+    assert len(held) == 4
+    for event in held:
+        assert (event.key, event.step, event.reactor) == (f"acct:{key}", "charge", "Checkout")
+    assert lock_is_free(f"acct:{key}")
+    assert semaphore_is_free(f"acct:{key}")
+
+
+@pytest.mark.parametrize("kind", ["undo", "compensate"])
+def test_rollback_retakes_emit_events_naming_the_step(kind: str, key: str) -> None:
+    """The compensate/undo re-take and release events carry the key and the step too.
+
+    For compensate: the step's retry was refused by its rate limit, so nothing was kept.
+    """
+    rec = recorder()
+    reactor, before = RETAKING[kind]
+    outcome = reactor.run(**failing(key, kind))
+    assert isinstance(outcome, FailureResult), outcome
+    assert outcome.rollback_failures == []
+    began, done = (
+        ("undo.started", "undo.completed")
         if kind == "undo"
-        else ("step.failed", "compensation.started", "compensation.completed")
+        else ("compensation.started", "compensation.completed")
     )
-    assert of_step(rec, "charge") == [*FORWARD, ended, began, *RETAKE, done]
+    assert of_step(rec, "charge") == [*before, began, *RETAKE, done]
     coordination = (ev.LockAcquired, ev.LockReleased, ev.SemaphoreAcquired, ev.SemaphoreReleased)
     for event in rec.events:
         if isinstance(event, coordination):
-            assert (event.key, event.step, event.reactor) == (f"acct:{key}", "charge", "Checkout")
+            assert (event.key, event.step, event.reactor) == (
+                f"acct:{key}",
+                "charge",
+                reactor.__name__,
+            )
 
 
 @pytest.mark.parametrize("kind", ["undo", "compensate"])
 def test_a_refused_rollback_retake_emits_a_failure_event_naming_the_step(
     kind: str, key: str
 ) -> None:
-    """Rollback cannot re-take the lock: LockAcquisitionFailed names step and key, then *Failed."""
+    """Rollback cannot re-take the lock: LockAcquisitionFailed names step and key, then *Failed.
+
+    For compensate: the step's retry was refused by its rate limit, so nothing was kept.
+    """
     rec = Recorder()
     holder = HoldOnRollback(f"acct:{key}")
     configure(middleware=[holder, rec])
+    reactor, before = RETAKING[kind]
     try:
-        outcome = Checkout.run(**failing(key, kind))
+        outcome = reactor.run(**failing(key, kind))
     finally:
         holder.close()
     assert isinstance(outcome, FailureResult), outcome
+    assert holder.hold is not None
     (failed,) = rec.of(ev.LockAcquisitionFailed)
     assert (failed.key, failed.step) == (f"acct:{key}", "charge")
     assert isinstance(failed.error, LockAcquisitionError)
@@ -285,9 +375,10 @@ def test_a_refused_rollback_retake_emits_a_failure_event_naming_the_step(
         if kind == "undo"
         else ("compensation.started", "compensation.failed")
     )
-    names = of_step(rec, "charge")
-    assert names[names.index(began) :] == [began, "lock.acquisition_failed", refused]
-    assert len(rec.of(ev.LockAcquired)) == 1  # the forward hold only
+    assert of_step(rec, "charge") == [*before, began, "lock.acquisition_failed", refused]
+    # The forward holds only (one per attempt that took the lock), none for the rollback.
+    assert len(rec.of(ev.LockAcquired)) == (1 if kind == "undo" else 2)
+    assert lock_is_free(f"acct:{key}")
 
 
 # -- the contention failure outcome ------------------------------------------------------------
@@ -352,7 +443,8 @@ def test_a_failed_coordinated_step_records_its_key(key: str) -> None:
 
 @pytest.mark.parametrize("kind", ["undo", "compensate"])
 def test_rollback_entries_carry_the_key(kind: str, key: str) -> None:
-    """The compensate/undo entry of a coordinated step names the key it re-took."""
+    """The compensate/undo entry of a coordinated step names the key it held (kept from the
+    failed work for compensate, re-taken for undo)."""
     outcome = LockCheckout.run(**failing(key, kind))
     assert isinstance(outcome, FailureResult), outcome
     (entry,) = entries(outcome, kind)
@@ -379,7 +471,10 @@ def test_a_raising_middleware_breaks_nothing_and_holds_are_released(
         assert outcome.step_name == ("ship" if kind == "undo" else "charge")
     else:
         assert outcome.value == "charged"
-    assert of_step(rec, "charge")[:5] == FORWARD
+    if kind == "compensate":  # the failed work's holds are released after its compensate
+        assert of_step(rec, "charge") == FAILED_AND_COMPENSATED
+    else:
+        assert of_step(rec, "charge")[:5] == FORWARD
     assert lock_is_free(f"acct:{key}")
     assert semaphore_is_free(f"acct:{key}")
     logged = [r.getMessage() for r in caplog.records if r.name == "py_reactor"]

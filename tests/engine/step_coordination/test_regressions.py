@@ -9,11 +9,21 @@ from typing import Any
 
 import pytest
 
-from py_reactor import Reactor, Step, step, with_lock, with_ordered_lock, with_period
+from py_reactor import (
+    Lock,
+    Middleware,
+    Reactor,
+    Step,
+    configure,
+    step,
+    with_lock,
+    with_ordered_lock,
+    with_period,
+)
 from py_reactor.coordination.ordered_lock import OrderedLock
 from py_reactor.engine.context import Context
 from py_reactor.engine.executor import execute
-from tests.engine.coordination._helpers import lock_is_free
+from tests.engine.coordination._helpers import lock_is_free, wait_until
 
 SENT: list[str] = []
 
@@ -240,3 +250,135 @@ def test_an_interrupt_in_reactor_coordination_marks_the_run_aborted() -> None:
     with pytest.raises(KeyboardInterrupt):
         execute(InterruptedAtTheGate, context)
     assert context.status == "aborted"
+
+
+# -- a failed step's compensate runs in the same critical section as its work ----------------
+
+LEDGER: list[str] = []
+A_FAILING = threading.Event()
+
+
+@with_lock(lambda a: a["key"], wait=10)
+class Debit(Step):
+    key: str
+    who: str
+
+    def run(self) -> Any:
+        LEDGER.append(f"{self.inputs.who} work")
+        if self.inputs.who == "a":
+            A_FAILING.set()
+            wait_until(lambda: Lock(self.inputs.key).state().waiters == 1)  # b is queued
+            raise RuntimeError("half done")
+        return "ok"
+
+    def compensate(self, error: Any) -> Any:
+        LEDGER.append(f"{self.inputs.who} compensate")
+
+
+class DebitFlow(Reactor):
+    key: str
+    who: str
+    debit = step(Debit)
+
+
+def test_compensate_runs_before_a_waiting_execution_enters_the_step(key: str) -> None:
+    """The failed step keeps its lock through compensate: no one sees the half-done state."""
+    LEDGER.clear()
+    A_FAILING.clear()
+    with ThreadPoolExecutor(2) as pool:
+        first = pool.submit(DebitFlow.run, key=key, who="a")
+        assert A_FAILING.wait(10)
+        second = pool.submit(DebitFlow.run, key=key, who="b")
+        assert first.result(20).status == "failed"
+        assert second.result(20).status == "completed"
+    assert LEDGER == ["a work", "a compensate", "b work"]
+    assert lock_is_free(key)
+
+
+# -- invoke(context=...) from another thread shares the trace, never the holds ---------------
+
+PEAK: list[int] = []
+
+
+@with_lock(lambda a: a["key"], wait=10)
+class Guarded(Step):
+    key: str
+
+    def run(self) -> Any:
+        with _inside_lock:
+            INSIDE.append(1)
+            PEAK.append(len(INSIDE))
+        try:
+            both_in.wait(0.3)  # room for a wrongly admitted second thread to enter
+        finally:
+            with _inside_lock:
+                INSIDE.pop()
+        return "ok"
+
+
+class HandsOut(Step):
+    key: str
+
+    def run(self) -> Any:
+        with ThreadPoolExecutor(3) as pool:
+            futures = [
+                pool.submit(Guarded.invoke, {"key": self.inputs.key}, context=self.context)
+                for _ in range(3)
+            ]
+            outcomes = [f.result() for f in futures]
+        return [(o.status, o.context.root_id == self.context.root_id) for o in outcomes]
+
+
+class HandsOutFlow(Reactor):
+    key: str
+    hand = step(HandsOut)
+    returns = "hand"
+
+
+def test_invoke_with_the_context_from_other_threads_still_excludes(key: str) -> None:
+    """Pool threads invoking a locked step with ``context=self.context`` never share the lock."""
+    INSIDE.clear()
+    PEAK.clear()
+    outcome = HandsOutFlow.run(key=key)
+    assert outcome.status == "completed", outcome
+    assert outcome.value == [("completed", True)] * 3  # traced as part of the execution
+    assert max(PEAK) == 1
+    assert lock_is_free(key)
+
+
+# -- an interrupt between a failed step and its rollback leaves nothing held ------------------
+
+
+@with_lock(lambda a: a["key"], ttl=30)
+class Breaks(Step):
+    key: str
+
+    def run(self) -> Any:
+        raise RuntimeError("work failed")
+
+    def compensate(self, error: Any) -> Any:
+        return None
+
+
+class BreaksFlow(Reactor):
+    key: str
+    go = step(Breaks)
+
+
+class Interrupts(Middleware):
+    """Raises KeyboardInterrupt from one hook, as a Ctrl-C landing there would."""
+
+    def __init__(self, hook: str) -> None:
+        def interrupt(event: Any) -> None:
+            raise KeyboardInterrupt
+
+        setattr(self, hook, interrupt)
+
+
+@pytest.mark.parametrize("hook", ["on_step_failed", "on_rollback_started"])
+def test_an_interrupt_before_rollback_releases_the_failed_steps_holds(key: str, hook: str) -> None:
+    """The failed step keeps its lock for its compensate; an interrupt first must free it."""
+    configure(middleware=[Interrupts(hook)])
+    with pytest.raises(KeyboardInterrupt):
+        BreaksFlow.run(key=key)
+    assert lock_is_free(key)

@@ -1,9 +1,15 @@
-"""A step's compensate and undo re-take the lock and semaphore that protected its work.
+"""A step's compensate and undo run under the lock and semaphore that protected its work.
 
-Rollback re-takes exclusion primitives only (lock, semaphore), keyed from the step's own
-arguments and owned by the execution, waiting ``rollback_wait`` (default: the lock's ttl, the
-semaphore's lease). Rate limit and period never gate cleanup. When the key cannot be taken, the
-compensate/undo does not run and the outcome reports it (reason ``coordination_unavailable``).
+A step whose work failed for good keeps everything it holds (lock, semaphore, period claim,
+ordered turn) while its ``compensate`` runs, and lets go right after it (before the undos of
+earlier steps): no other execution gets in between the failed work and its compensate, and
+nothing is taken a second time.
+
+An ``undo`` (and a compensate whose step's last attempt was refused by coordination, so that
+nothing was kept) re-takes exclusion primitives only (lock, semaphore), keyed from the step's
+own arguments and owned by the execution, waiting ``rollback_wait`` (default: the lock's ttl,
+the semaphore's lease). Rate limit and period never gate cleanup. When the key cannot be taken,
+the hook does not run and the outcome reports it (reason ``coordination_unavailable``).
 
 Every test has a ``Script`` of its own (found through the steps' ``probe`` input) that says how
 the rollback hooks behave and records what they saw from inside; keys are unique per test.
@@ -31,6 +37,7 @@ from py_reactor import (
     Semaphore,
     Step,
     configure,
+    retries,
     step,
     with_lock,
     with_period,
@@ -40,12 +47,13 @@ from py_reactor import (
 from py_reactor.coordination.period import Period
 from py_reactor.coordination.rate_limit import RateLimit
 from py_reactor.engine.results import Outcome
-from py_reactor.errors import LockAcquisitionError, SemaphoreAcquisitionError
+from py_reactor.errors import CoordinationError, LockAcquisitionError, SemaphoreAcquisitionError
 from py_reactor.observability import events as ev
 from tests._overlap import OverlapRecorder
 from tests.engine.coordination._helpers import (
     fresh_window,
     lock_is_free,
+    recorder,
     semaphore_is_free,
     wait_until,
 )
@@ -61,6 +69,9 @@ class Script:
     block: bool = False  # the rollback hook waits for ``release`` once inside
     entered: threading.Event = field(default_factory=threading.Event)
     release: threading.Event = field(default_factory=threading.Event)
+    block_failing_run: bool = False  # a failing charge's work waits for ``release_run``
+    run_entered: threading.Event = field(default_factory=threading.Event)
+    release_run: threading.Event = field(default_factory=threading.Event)
     broken: bool = False  # set as the run starts failing: the flaky key function then raises
     ran: list[str] = field(default_factory=list)
     seen: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -81,6 +92,7 @@ def script(key: str) -> Iterator[Script]:
     made = SCRIPTS[key] = Script()
     yield made
     made.release.set()
+    made.release_run.set()
     SCRIPTS.pop(key, None)
 
 
@@ -153,6 +165,9 @@ class ChargeWork(Step):
         with s.section("charge_run"):
             s.ran.append("charge_run")
             if self.inputs.fail_charge:
+                if s.block_failing_run:
+                    s.run_entered.set()
+                    assert s.release_run.wait(10), "the test never released the blocked work"
                 s.broken = True
                 raise ValueError("card declined after the charge started")
         return "charged"
@@ -189,6 +204,28 @@ class FlakyKeyCharge(ChargeWork):
     """Its key function raises once the run is failing: rollback cannot compute the key."""
 
 
+# A compensate re-takes the lock only when nothing was kept for it: the work's first attempt
+# raised, and the second attempt was refused the lock (taken elsewhere in between, ``wait=0``).
+
+
+@retries(max_attempts=2, backoff="fixed", base_delay=0)
+@with_lock(acct, wait=0, rollback_wait=0.2)
+class RetriedImpatientCharge(ChargeWork):
+    """Attempt 2 never waits for the lock; the compensate's re-take waits 0.2 s."""
+
+
+@retries(max_attempts=2, backoff="fixed", base_delay=0)
+@with_lock(acct, ttl=5, wait=0)
+class RetriedTtlCharge(ChargeWork):
+    """Attempt 2 never waits for the lock; the compensate's re-take waits the ttl (5 s)."""
+
+
+@retries(max_attempts=2, backoff="fixed", base_delay=0)
+@with_lock(acct_until_broken, wait=0)
+class RetriedFlakyKeyCharge(ChargeWork):
+    """Attempt 2 is refused the lock; the compensate's re-take cannot compute the key."""
+
+
 def quota_key(args: Mapping[str, Any]) -> str:
     """The rate-limit key of the metered steps."""
     return f"quota:{args['account_id']}"
@@ -197,6 +234,16 @@ def quota_key(args: Mapping[str, Any]) -> str:
 def bucket_key(args: Mapping[str, Any]) -> str:
     """The period key of the metered steps."""
     return f"hourly:{args['account_id']}"
+
+
+def claimed_elsewhere(key: str) -> bool:
+    """Whether another caller is refused period ``key``'s current bucket (someone runs it)."""
+    try:
+        claim = Period(key, every="hour", wait=0).claim(owner="other")
+    except CoordinationError:
+        return True
+    claim.release(mark=False)  # due (or already done): give it back untouched
+    return False
 
 
 class MeteredWork(Step):
@@ -218,7 +265,9 @@ class MeteredWork(Step):
         args = {"account_id": self.inputs.account_id}
         s.seen[kind] = {
             "bucket_done": Period(bucket_key(args), every="hour").is_done(),
+            "bucket_claimed": claimed_elsewhere(bucket_key(args)),
             "quota_used": RateLimit(quota_key(args), limit=1, period="minute").usage(),
+            "held_keys": list(self.context.private.get("held_keys", [])),
         }
         s.ran.append(f"charge_{kind}")
 
@@ -298,6 +347,9 @@ SlotCheckout = checkout("SlotCheckout", SlotCharge)
 ImpatientCheckout = checkout("ImpatientCheckout", ImpatientCharge)
 TtlCheckout = checkout("TtlCheckout", TtlCharge)
 FlakyKeyCheckout = checkout("FlakyKeyCheckout", FlakyKeyCharge)
+RetriedImpatientCheckout = checkout("RetriedImpatientCheckout", RetriedImpatientCharge)
+RetriedTtlCheckout = checkout("RetriedTtlCheckout", RetriedTtlCharge)
+RetriedFlakyKeyCheckout = checkout("RetriedFlakyKeyCheckout", RetriedFlakyKeyCharge)
 MeteredCheckout = checkout("MeteredCheckout", Metered, reserve=False)
 MeteredLockedCheckout = checkout("MeteredLockedCheckout", MeteredLocked, reserve=False)
 
@@ -324,21 +376,39 @@ def rollback_entries(outcome: Outcome, kind: str) -> list[dict[str, Any]]:
 
 
 class HoldOnRollback(Middleware):
-    """Takes lock ``key`` for another owner as rollback starts (the forward hold is gone).
+    """Takes lock ``key`` for another owner as rollback starts, or (``when="retry"``) as the
+    charge's failed attempt is retried, in between its attempts (both times nothing holds it
+    for the execution). ``refused`` records that the key could not be taken then.
 
     With ``release_after`` it lets go that long after the rollback is seen queued on the key.
     """
 
-    def __init__(self, key: str, release_after: float | None = None) -> None:
+    def __init__(
+        self, key: str, release_after: float | None = None, *, when: str = "rollback"
+    ) -> None:
         self.key = key
         self.release_after = release_after
+        self.when = when
         self.hold: Any = None
+        self.refused = False
         self.released_at: float | None = None
         self.saw_waiter = False
         self.releaser: threading.Thread | None = None
 
     def on_rollback_started(self, event: ev.RollbackStarted) -> None:
-        self.hold = Lock(self.key, owner="external", wait=0).acquire()
+        if self.when == "rollback":
+            self._take()
+
+    def on_step_retried(self, event: ev.StepRetried) -> None:
+        if self.when == "retry" and event.step == "charge" and self.hold is None:
+            self._take()
+
+    def _take(self) -> None:
+        try:
+            self.hold = Lock(self.key, owner="external", wait=0).acquire()
+        except LockAcquisitionError:
+            self.refused = True
+            return
         if self.release_after is not None:
             self.releaser = threading.Thread(target=self._release_later, daemon=True)
             self.releaser.start()
@@ -361,19 +431,6 @@ class HoldOnRollback(Middleware):
             self.hold.release()
 
 
-class MarkBucketOnRollback(Middleware):
-    """Marks period ``key``'s current bucket done (as another owner) when rollback starts."""
-
-    def __init__(self, key: str) -> None:
-        self.key = key
-        self.marked = False
-
-    def on_rollback_started(self, event: ev.RollbackStarted) -> None:
-        claim = Period(self.key, every="hour").claim(owner="external")
-        claim.release(mark=claim.due)
-        self.marked = claim.due
-
-
 # -- the tests ---------------------------------------------------------------------------------
 
 
@@ -381,14 +438,21 @@ class MarkBucketOnRollback(Middleware):
 def test_rollback_runs_holding_the_steps_lock_as_the_execution(
     kind: str, key: str, script: Script
 ) -> None:
-    """Inside compensate/undo, the execution (its root id) holds the charge's lock, once."""
+    """Inside compensate/undo, the execution (its root id) holds the charge's lock, once.
+
+    The undo re-takes it; the compensate runs under the hold its failed work kept.
+    """
+    rec = recorder()
     outcome = Checkout.run(**failing(key, kind))
     assert isinstance(outcome, FailureResult), outcome
     assert outcome.rollback_failures == []
     lock_key = f"acct:{key}"
     seen = script.seen[kind]
     assert f"lock:{lock_key}" in seen["held_keys"]
-    assert seen["held_keys"].count(f"lock:{lock_key}") == 1  # re-taken, not left from forward
+    assert seen["held_keys"].count(f"lock:{lock_key}") == 1  # one hold, never nested
+    # Forward, then the undo's re-take; a compensate takes nothing again.
+    taken = [(e.key, e.step) for e in rec.of(ev.LockAcquired)]
+    assert taken == [(lock_key, "charge")] * (2 if kind == "undo" else 1)
     assert seen["lock_owner"] == outcome.context.root_id == seen["root_id"]
     assert seen["lock_count"] == 1
     assert seen["other_can_lock"] is False
@@ -443,6 +507,40 @@ def test_a_forward_run_waits_for_a_rollback_on_the_same_key(
     ]
 
 
+@pytest.mark.parametrize("reactor", [Checkout, SlotCheckout], ids=["lock", "semaphore"])
+def test_no_run_enters_between_the_failed_work_and_its_compensate(
+    reactor: type[Reactor], key: str, script: Script, overlap: OverlapRecorder
+) -> None:
+    """A run queued on the key while the charge's work is failing gets in only after the
+    compensate: the failed work keeps its lock/slot through it (one critical section)."""
+    script.overlap = overlap
+    script.block_failing_run = True
+    primitive = Lock(f"acct:{key}") if reactor is Checkout else Semaphore(f"acct:{key}", limit=1)
+    with ThreadPoolExecutor(2) as pool:
+        try:
+            first = pool.submit(reactor.run, **failing(key, "compensate"))
+            assert script.run_entered.wait(10), "the failing work never started"
+            second = pool.submit(reactor.run, account_id=key, probe=key)
+            wait_until(lambda: primitive.state().waiters == 1)  # queued behind the work
+            assert not second.done()
+        finally:
+            script.release_run.set()
+        outcome = first.result(timeout=10)
+        assert second.result(timeout=10).is_success
+    assert isinstance(outcome, FailureResult), outcome
+    assert outcome.step_name == "charge"
+    assert outcome.rollback_failures == []
+    assert overlap.overlaps == 0
+    assert overlap.events == [
+        ("enter", "charge_run"),  # the failing work
+        ("leave", "charge_run"),
+        ("enter", "charge_compensate"),  # no one got in between
+        ("leave", "charge_compensate"),
+        ("enter", "charge_run"),  # the queued run, only once the compensate let go
+        ("leave", "charge_run"),
+    ]
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_forward_run_on_another_key_overlaps_the_rollback(
     kind: str, key: str, script: Script, overlap: OverlapRecorder
@@ -466,8 +564,12 @@ def test_a_forward_run_on_another_key_overlaps_the_rollback(
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_the_semaphore_slot_is_retaken_for_rollback(kind: str, key: str, script: Script) -> None:
-    """with_semaphore(limit=1): during compensate/undo the execution holds the only slot."""
+def test_the_semaphore_slot_is_held_for_rollback(kind: str, key: str, script: Script) -> None:
+    """with_semaphore(limit=1): during compensate/undo the execution holds the only slot.
+
+    The undo re-takes it; the compensate keeps the slot its failed work held.
+    """
+    rec = recorder()
     outcome = SlotCheckout.run(**failing(key, kind))
     assert isinstance(outcome, FailureResult), outcome
     assert outcome.rollback_failures == []
@@ -476,6 +578,8 @@ def test_the_semaphore_slot_is_retaken_for_rollback(kind: str, key: str, script:
     assert seen["held_keys"].count(f"semaphore:{sem_key}") == 1
     assert seen["slots_held"] == 1
     assert seen["other_can_take_slot"] is False
+    taken = [(e.key, e.step) for e in rec.of(ev.SemaphoreAcquired)]
+    assert taken == [(sem_key, "charge")] * (2 if kind == "undo" else 1)
     assert semaphore_is_free(sem_key)
 
 
@@ -509,39 +613,98 @@ def test_a_forward_run_waits_for_a_rollback_holding_the_slot(
 def test_a_spent_rate_limit_and_period_never_stop_rollback(
     kind: str, reactor: type[Reactor], key: str, script: Script, raw: redis.Redis
 ) -> None:
-    """Quota used up and bucket marked by rollback time: compensate/undo still run."""
+    """Quota used up (and, for undo, the bucket marked) by rollback time: compensate/undo run.
+
+    The undo comes after the charge succeeded: its bucket is marked done. The compensate runs
+    under the period claim its failed work kept (nobody else can claim the bucket meanwhile),
+    which is released unmarked afterwards: the bucket is still due.
+    """
     fresh_window(raw, 60)
     fresh_window(raw, 3600)
-    marker = MarkBucketOnRollback(bucket_key({"account_id": key}))
-    if kind == "compensate":  # a failed step leaves the bucket due: mark it from elsewhere
-        configure(middleware=[marker])
+    args = {"account_id": key}
     outcome = reactor.run(**failing(key, kind))
     assert isinstance(outcome, FailureResult), outcome
     assert outcome.rollback_failures == []
     assert f"charge_{kind}" in script.ran
     seen = script.seen[kind]
-    assert seen["bucket_done"] is True
     assert seen["quota_used"] == {60: 1}
-    assert marker.marked is (kind == "compensate")
+    period_entry = f"period:{bucket_key(args)}@hour"
+    if kind == "undo":
+        assert seen["bucket_done"] is True
+        assert seen["bucket_claimed"] is False
+        assert period_entry not in seen["held_keys"]
+    else:
+        assert seen["bucket_done"] is False
+        assert seen["bucket_claimed"] is True  # the failed work's claim, kept
+        assert seen["held_keys"].count(period_entry) == 1
     entries = rollback_entries(outcome, kind)
     assert [e["ok"] for e in entries] == [True]
-    args = {"account_id": key}
     assert RateLimit(quota_key(args), limit=1, period="minute").usage() == {60: 1}
+    # Marked by the success undone later; left due (released unmarked) by the failed work.
+    assert Period(bucket_key(args), every="hour").is_done() is (kind == "undo")
+    assert claimed_elsewhere(bucket_key(args)) is False
+    assert outcome.context.private.get("held_keys", []) == []
     assert lock_is_free(f"acct:{key}")
+
+
+#: Where a compensate/undo has to re-take the lock: the reactor, and when the holder steps in.
+#: An undo always re-takes. A compensate re-takes only when its step's last attempt was
+#: refused the lock (taken elsewhere in between attempts) after an earlier attempt ran.
+RETAKING: dict[str, tuple[dict[str, type[Reactor]], str]] = {
+    "undo": (
+        {"impatient": ImpatientCheckout, "ttl": TtlCheckout, "flaky": FlakyKeyCheckout},
+        "rollback",
+    ),
+    "compensate": (
+        {
+            "impatient": RetriedImpatientCheckout,
+            "ttl": RetriedTtlCheckout,
+            "flaky": RetriedFlakyKeyCheckout,
+        },
+        "retry",
+    ),
+}
+
+
+def run_retaking(
+    kind: str, variant: str, key: str, release_after: float | None = None
+) -> tuple[Outcome, HoldOnRollback]:
+    """Run the ``variant`` reactor whose ``kind`` re-takes the lock, another owner holding it
+    (from rollback start for undo, from the retry for compensate); the holder is closed."""
+    reactors, when = RETAKING[kind]
+    holder = HoldOnRollback(f"acct:{key}", release_after, when=when)
+    configure(middleware=[holder])
+    try:
+        outcome = reactors[variant].run(**failing(key, kind))
+    finally:
+        holder.close()
+    assert holder.hold is not None, "the other owner never took the key"
+    return outcome, holder
+
+
+def assert_failed_as_expected(outcome: Outcome, kind: str, script: Script) -> None:
+    """The run's own error is still the one that failed it, not the rollback's."""
+    assert isinstance(outcome, FailureResult), outcome
+    if kind == "undo":
+        assert outcome.step_name == "ship"
+        assert script.ran.count("charge_run") == 1
+    else:  # attempt 1 raised, attempt 2 was refused the lock: the refusal ends the step
+        assert outcome.step_name == "charge"
+        assert isinstance(outcome.error, LockAcquisitionError)
+        assert outcome.attempts == 1
+        assert script.ran.count("charge_run") == 1
 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_key_held_elsewhere_skips_the_rollback_hook_and_reports_it(
     kind: str, key: str, script: Script
 ) -> None:
-    """Lock held elsewhere past rollback_wait: hook not run, failure reported, others go on."""
+    """Lock held elsewhere past rollback_wait: hook not run, failure reported, others go on.
+
+    For compensate this needs a step that kept nothing: its retry was refused the lock.
+    """
     lock_key = f"acct:{key}"
-    holder = HoldOnRollback(lock_key)
-    configure(middleware=[holder])
-    try:
-        outcome = ImpatientCheckout.run(**failing(key, kind))
-    finally:
-        holder.close()
+    outcome, _ = run_retaking(kind, "impatient", key)
     assert isinstance(outcome, FailureResult), outcome
     assert f"charge_{kind}" not in script.ran
     assert "reserve_undo" in script.ran  # the other steps' undos still ran
@@ -562,25 +725,45 @@ def test_a_key_held_elsewhere_skips_the_rollback_hook_and_reports_it(
     assert entry["reason"] == "coordination_unavailable"
     assert lock_key in entry["error"]
     assert 0.15 <= entry["finished_at"] - entry["started_at"] < 5  # waited rollback_wait
-    # The run's own error is still the one that failed it, not the rollback's.
-    if kind == "undo":
-        assert outcome.step_name == "ship"
-    else:
-        assert outcome.step_name == "charge"
-        assert isinstance(outcome.error, ValueError)
+    assert_failed_as_expected(outcome, kind, script)
+    assert lock_is_free(lock_key)
+
+
+def test_a_compensate_after_its_work_failed_cannot_be_shut_out(key: str, script: Script) -> None:
+    """The work failed for good: its lock is kept through the compensate, so another owner
+    trying at rollback start is refused, and the compensate runs at once, without waiting."""
+    lock_key = f"acct:{key}"
+    holder = HoldOnRollback(lock_key)
+    configure(middleware=[holder])
+    try:
+        outcome = ImpatientCheckout.run(**failing(key, "compensate"))
+    finally:
+        holder.close()
+    assert isinstance(outcome, FailureResult), outcome
+    assert holder.refused is True
+    assert holder.hold is None
+    assert outcome.rollback_failures == []
+    assert script.ran == ["charge_run", "charge_compensate", "reserve_undo"]
+    seen = script.seen["compensate"]
+    assert seen["lock_owner"] == outcome.context.root_id
+    assert seen["lock_count"] == 1
+    assert seen["other_can_lock"] is False
+    (entry,) = rollback_entries(outcome, "compensate")
+    assert entry["ok"] is True
+    assert entry["key"] == lock_key
+    assert outcome.step_name == "charge"
+    assert isinstance(outcome.error, ValueError)
     assert lock_is_free(lock_key)
 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_rollback_waits_the_locks_ttl_by_default(kind: str, key: str, script: Script) -> None:
-    """No rollback_wait (forward wait=0, ttl=5): rollback waits out a 0.5 s holder, then runs."""
+    """No rollback_wait (forward wait=0, ttl=5): rollback waits out a 0.5 s holder, then runs.
+
+    For compensate this needs a step that kept nothing: its retry was refused the lock.
+    """
     lock_key = f"acct:{key}"
-    holder = HoldOnRollback(lock_key, release_after=0.5)
-    configure(middleware=[holder])
-    try:
-        outcome = TtlCheckout.run(**failing(key, kind))
-    finally:
-        holder.close()
+    outcome, holder = run_retaking(kind, "ttl", key, release_after=0.5)
     assert isinstance(outcome, FailureResult), outcome
     assert outcome.rollback_failures == []
     assert holder.saw_waiter
@@ -590,6 +773,7 @@ def test_rollback_waits_the_locks_ttl_by_default(kind: str, key: str, script: Sc
     (entry,) = rollback_entries(outcome, kind)
     assert entry["ok"] is True
     assert entry["key"] == lock_key
+    assert_failed_as_expected(outcome, kind, script)
     assert lock_is_free(lock_key)
 
 
@@ -597,8 +781,11 @@ def test_rollback_waits_the_locks_ttl_by_default(kind: str, key: str, script: Sc
 def test_a_key_function_raising_at_rollback_is_reported_not_raised(
     kind: str, key: str, script: Script
 ) -> None:
-    """The key cannot be computed for rollback: the hook does not run; reported, no crash."""
-    outcome = FlakyKeyCheckout.run(**failing(key, kind))
+    """The key cannot be computed for rollback: the hook does not run; reported, no crash.
+
+    For compensate this needs a step that kept nothing: its retry was refused the lock.
+    """
+    outcome, _ = run_retaking(kind, "flaky", key)
     assert isinstance(outcome, FailureResult), outcome
     assert f"charge_{kind}" not in script.ran
     assert "reserve_undo" in script.ran
@@ -613,5 +800,23 @@ def test_a_key_function_raising_at_rollback_is_reported_not_raised(
     assert "charge" in failure["message"]
     (entry,) = rollback_entries(outcome, kind)
     assert entry["ok"] is False
-    assert outcome.step_name == ("ship" if kind == "undo" else "charge")
+    assert_failed_as_expected(outcome, kind, script)
+    assert lock_is_free(f"acct:{key}")
+
+
+def test_a_compensate_after_its_work_failed_computes_no_key_again(key: str, script: Script) -> None:
+    """The key function now raises, but the compensate runs under the hold the failed work
+    kept: nothing is computed or taken again, it runs and names the key it held."""
+    rec = recorder()
+    outcome = FlakyKeyCheckout.run(**failing(key, "compensate"))
+    assert isinstance(outcome, FailureResult), outcome
+    assert script.broken is True  # the key function would raise now
+    assert outcome.rollback_failures == []
+    assert script.ran == ["charge_run", "charge_compensate", "reserve_undo"]
+    (entry,) = rollback_entries(outcome, "compensate")
+    assert entry["ok"] is True
+    assert entry["key"] == f"acct:{key}"
+    assert len(rec.of(ev.LockAcquired)) == 1  # the work's
+    assert outcome.step_name == "charge"
+    assert isinstance(outcome.error, ValueError)
     assert lock_is_free(f"acct:{key}")
