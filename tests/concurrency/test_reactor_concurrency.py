@@ -7,7 +7,6 @@ session's private redis-server.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import random
 import signal
@@ -25,8 +24,7 @@ from py_reactor.coordination.ordered_lock import OrderedLock
 from tests._overlap import OverlapRecorder
 from tests._redis import PrivateRedis
 from tests.concurrency import _reactors as r
-
-SPAWN = multiprocessing.get_context("spawn")
+from tests.concurrency._spawn import SPAWN, gather
 
 
 @pytest.fixture(autouse=True)
@@ -79,32 +77,14 @@ def run_processes(
     """
     start = SPAWN.Barrier(processes + 1)
     results = SPAWN.Queue()
-    children = [
-        SPAWN.Process(
-            target=r.run_many,
-            args=(url, reactor, key, name, runs, hold, start, results),
-            daemon=True,
-        )
-        for _ in range(processes)
-    ]
-    for child in children:
-        child.start()
-    try:
-        if before_start is not None:
-            before_start()
-        start.wait(60)
-        replies = [results.get(timeout=60) for _ in children]
-    finally:
-        for child in children:
-            child.join(10)
-            if child.is_alive():
-                child.kill()
-                child.join()
-        results.close()
-        results.join_thread()
-    errors = [detail for kind, detail in replies if kind == "error"]
-    assert errors == [], errors[0] if errors else ""
-    return [outcome for _, seen in replies for outcome in seen]
+    return gather(
+        r.run_many,
+        (url, reactor, key, name, runs, hold, start, results),
+        processes=processes,
+        start=start,
+        results=results,
+        before_start=before_start,
+    )
 
 
 def run_threads(threads: int, work: Any) -> list[Any]:

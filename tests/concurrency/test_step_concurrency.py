@@ -10,7 +10,6 @@ timing. Every test uses its own keys on the session's private redis-server.
 
 from __future__ import annotations
 
-import multiprocessing
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -22,9 +21,8 @@ from py_reactor import Lock, Period, Semaphore, configure
 from tests._overlap import OverlapRecorder
 from tests._redis import PrivateRedis
 from tests.concurrency import _step_reactors as sr
-from tests.engine.coordination._helpers import fresh_window, lock_is_free, wait_until
-
-SPAWN = multiprocessing.get_context("spawn")
+from tests.concurrency._spawn import SPAWN, gather
+from tests.engine.coordination._helpers import fresh_window, lock_is_free
 
 OK = sr.Seen("completed", None, None, ())
 
@@ -74,33 +72,14 @@ def run_processes(
     start = SPAWN.Barrier(processes * threads + 1)
     shared = {label: SPAWN.Barrier(parties) for label, parties in (barriers or {}).items()}
     results = SPAWN.Queue()
-    children = [
-        SPAWN.Process(
-            target=sr.run_many,
-            args=(url, reactor, key, name, runs, start, results, shared, threads),
-            daemon=True,
-        )
-        for _ in range(processes)
-    ]
-    for child in children:
-        child.start()
-    try:
-        if before_start is not None:
-            wait_until(lambda: start.n_waiting == start.parties - 1, timeout=60)
-            before_start()
-        start.wait(60)
-        replies = [results.get(timeout=60) for _ in children]
-    finally:
-        for child in children:
-            child.join(10)
-            if child.is_alive():
-                child.kill()
-                child.join()
-        results.close()
-        results.join_thread()
-    errors = [detail for kind, detail in replies if kind == "error"]
-    assert errors == [], errors[0] if errors else ""
-    return [outcome for _, seen in replies for outcome in seen]
+    return gather(
+        sr.run_many,
+        (url, reactor, key, name, runs, start, results, shared, threads),
+        processes=processes,
+        start=start,
+        results=results,
+        before_start=before_start,
+    )
 
 
 # -- locks -------------------------------------------------------------------------------------
