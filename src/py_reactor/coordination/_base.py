@@ -98,7 +98,8 @@ class Hold:
             return False
         args: tuple[str | int, ...] = (self.owner, self._ttl_ms, *self._check)
         alive = bool(self.store.run_script(self._extend, self._keys, args))
-        self.lost = not alive
+        if not self.released:  # a release that raced this call is not a loss
+            self.lost = not alive
         return alive
 
     def __enter__(self) -> Self:

@@ -261,8 +261,10 @@ class Scope:
             succeeded: the work ended in a plain success: mark the period.
             failed: the work failed: a strict ordered lock short-circuits later positions.
 
-        A release that fails (store unreachable) is logged; the hold then lapses by its ttl.
+        A release that fails (store unreachable) is logged; the hold then lapses by its ttl. An
+        interrupt (KeyboardInterrupt) during one release is re-raised after the others.
         """
+        interrupted: BaseException | None = None
         while self._held:
             name, hold = self._held.pop()
             held = self.private.get("held_keys", [])
@@ -285,6 +287,18 @@ class Scope:
                     self._keys.get(name),
                     self.where,
                 )
+            except BaseException as exc:
+                interrupted = interrupted or exc
+        if interrupted is not None:
+            raise interrupted
+
+    def refresh(self) -> bool:
+        """Extend the lock and semaphore held now; False if one of them was already lost."""
+        alive = True
+        for name, hold in self._held:
+            if name in ("lock", "semaphore"):
+                alive = hold.extend() and alive
+        return alive
 
     def _report(self, event: str, name: str, **fields: Any) -> None:
         if self.emit is not None:

@@ -239,7 +239,8 @@ def _check_key_shape(name: str, decl: Declaration, names: Iterable[str], where: 
         raise DefinitionError(
             f"{name}(...) on {where}: the key function's parameter is named {param!r}, like "
             f"the value {param!r}, but it receives one read-only mapping of all the values; "
-            f'write lambda args: f"...{{args[{param!r}]}}"'
+            f'write lambda args: f"...{{args[{param!r}]}}" (if {param!r} is meant as that '
+            "mapping, name the parameter args)"
         )
 
 

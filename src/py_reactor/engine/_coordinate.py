@@ -105,13 +105,22 @@ class StepGate:
         if self._turn is not None:
             self._turn.exit(succeeded=not failed, failed=failed)
 
+    def refresh(self) -> bool:
+        """Push out the expiry of the lock and semaphore kept for a compensate.
+
+        False if one of them was already lost (it expired): the compensate must re-take.
+        """
+        return self._work is None or self._work.refresh()
+
     def release_failed(self) -> None:
         """Release everything of a step whose work failed for good (after its compensate).
 
         Safe to call more than once: a scope with nothing held releases nothing.
         """
-        self.exit(succeeded=False)
-        self.close(failed=True)
+        try:
+            self.exit(succeeded=False)
+        finally:
+            self.close(failed=True)
 
 
 def rollback_scope(

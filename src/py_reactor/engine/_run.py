@@ -63,14 +63,14 @@ class StepFailure:
     validation_errors: list[dict[str, Any]] = field(default_factory=list)
     unit: Any = None  # the object whose work failed: compensate runs on it
     work_error: Any = None  # set when ``error`` is not the work's own (a refused retry)
-    holds: Any = None  # release(): coordination kept so that compensate runs under it
+    holds: Any = None  # the StepGate whose holds are kept so that compensate runs under them
     held: Mapping[str, str] | None = None  # the keys of that coordination, by primitive
 
     def release_holds(self) -> None:
         """Release the coordination the failed step still holds (once; then a no-op)."""
         holds, self.holds = self.holds, None
         if holds is not None:
-            holds()
+            holds.release_failed()
 
     @property
     def compensation_error(self) -> Any:

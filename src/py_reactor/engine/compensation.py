@@ -46,7 +46,10 @@ def rollback(
             decl = declarations[failed]
             call = partial(failure.unit.compensate, failure.compensation_error)
             # Under the holds its work kept, if any; else it re-takes them like an undo.
-            held = None if failure.holds is None else failure.held or {}
+            # Under the holds its work kept (extended first: the ttl must not run out during
+            # the compensate); re-taken instead if there are none, or one was lost meanwhile.
+            kept = failure.holds is not None and failure.holds.refresh()
+            held = (failure.held or {}) if kept else None
             _call(run, "compensate", failed, call, decl, failure.arguments or {}, held=held)
     finally:
         if failure is not None:

@@ -27,8 +27,8 @@ def invoke_declaration(
     execution shares its root id, so it belongs to the same execution tree. The step's
     coordination is taken as in a reactor run: contention waits the declared ``wait`` and then
     fails the outcome (there is no execution to park). Holds are owned by the execution running
-    in this thread (a step body calling ``invoke``, with or without ``context=``), else by this
-    call alone: a ``context=`` from another thread shares the trace, never the holds.
+    in this thread (a step body calling ``invoke``), whatever ``context=`` says, else by this
+    call alone: a ``context=`` used from another thread shares the trace, never the holds.
 
     Raises:
         TypeError: ``args`` is not a mapping or ``context`` is not a Context.
@@ -51,7 +51,11 @@ def invoke_declaration(
     own.status = Status.RUNNING
     run = Run(name, own, get_config().middleware)
     owner = None
-    if parent is not None and (here is None or here.root_id != parent.root_id):
+    if here is not None:
+        # Synchronous work of the execution this thread runs: its owner and its registry,
+        # whatever ``context=`` says for the trace (never another thread's registry).
+        own.private["held_keys"] = here.held_keys
+    elif context is not None:
         # ``context=`` of an execution this thread is not running: traced as part of it, but
         # ownership never crosses threads, so its holds are its own, in a registry of its own.
         owner = new_owner()

@@ -199,7 +199,7 @@ def _attempts(
             arguments=values,
             attempts=attempt,
             unit=unit,
-            holds=None if gate is None else gate.release_failed,
+            holds=gate,
             held=None if gate is None else gate.keys,
         )
 

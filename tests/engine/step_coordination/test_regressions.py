@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextvars
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -382,3 +383,124 @@ def test_an_interrupt_before_rollback_releases_the_failed_steps_holds(key: str, 
     with pytest.raises(KeyboardInterrupt):
         BreaksFlow.run(key=key)
     assert lock_is_free(key)
+
+
+# -- review round 4 ---------------------------------------------------------------------------
+
+
+@with_ordered_lock(lambda a: a["key"], poison_pill_timeout=1, wait=3)
+@with_lock(lambda a: f"{a['key']}-lock")
+class FailsInLine(Step):
+    key: str
+
+    def run(self) -> Any:
+        raise RuntimeError("work failed")
+
+
+class FailsInLineFlow(Reactor):
+    key: str
+    go = step(FailsInLine)
+
+
+class InterruptsOnRelease(Middleware):
+    def on_lock_released(self, event: Any) -> None:
+        raise KeyboardInterrupt
+
+
+def test_an_interrupt_while_releasing_still_gives_back_the_ordered_turn(key: str) -> None:
+    """A Ctrl-C during the failed step's releases still ends its ordered turn."""
+    configure(middleware=[InterruptsOnRelease()])
+    with pytest.raises(KeyboardInterrupt):
+        FailsInLineFlow.run(key=key)
+    configure(middleware=[])
+    assert OrderedLock(key).state().in_flight == 0
+    assert lock_is_free(f"{key}-lock")
+
+
+DAILY_BY: list[str] = []
+T1_INSIDE = threading.Event()
+T1_GO = threading.Event()
+CAPTURED: dict[str, Any] = {}
+
+
+@with_period(lambda a: a["key"], every="day", wait=0.3)
+class DailyOnce(Step):
+    key: str
+    who: str
+
+    def run(self) -> Any:
+        DAILY_BY.append(self.inputs.who)
+        if self.inputs.who == "t1":
+            CAPTURED["context"] = self.context
+            T1_INSIDE.set()
+            T1_GO.wait(10)
+        return self.inputs.who
+
+
+class DailyOnceFlow(Reactor):
+    key: str
+    who: str
+    daily = step(DailyOnce)
+
+
+class ReInvokes(Step):
+    key: str
+
+    def run(self) -> Any:
+        inner = DailyOnce.invoke({"key": self.inputs.key, "who": "t2"}, context=CAPTURED["context"])
+        return inner.status
+
+
+def test_a_nested_invoke_with_another_threads_context_does_not_share_its_claims(
+    key: str,
+) -> None:
+    """Inside an invoke(context=X) from another thread, a nested one does not see X's claims."""
+    DAILY_BY.clear()
+    T1_INSIDE.clear()
+    T1_GO.clear()
+    with ThreadPoolExecutor(1) as pool:
+        first = pool.submit(DailyOnceFlow.run, key=key, who="t1")
+        assert T1_INSIDE.wait(10)
+        try:
+            outer = ReInvokes.invoke({"key": key}, context=CAPTURED["context"])
+        finally:
+            T1_GO.set()
+        assert first.result(10).status == "completed"
+    assert outer.value == "failed"  # waited for t1's claim, then gave up
+    assert DAILY_BY == ["t1"]
+
+
+@with_lock(lambda a: a["key"], ttl=1, auto_extend=False, wait=5)
+class SlowToUndo(Step):
+    key: str
+    who: str
+
+    def run(self) -> Any:
+        if self.inputs.who == "a":
+            time.sleep(0.6)
+            raise RuntimeError("work failed")
+        LEDGER.append("b work")
+        return "ok"
+
+    def compensate(self, error: Any) -> Any:
+        LEDGER.append("a compensate start")
+        time.sleep(0.6)  # work + compensate outlast the ttl of 1 s
+        LEDGER.append("a compensate end")
+
+
+class SlowToUndoFlow(Reactor):
+    key: str
+    who: str
+    go = step(SlowToUndo)
+
+
+def test_the_kept_lock_is_extended_for_the_compensate(key: str) -> None:
+    """Without auto-extend, the lock kept for compensate gets a fresh ttl before it runs."""
+    LEDGER.clear()
+    with ThreadPoolExecutor(2) as pool:
+        first = pool.submit(SlowToUndoFlow.run, key=key, who="a")
+        wait_until(lambda: Lock(key).state().count == 1)
+        second = pool.submit(SlowToUndoFlow.run, key=key, who="b")
+        assert first.result(10).status == "failed"
+        assert second.result(10).status == "completed"
+    assert LEDGER == ["a compensate start", "a compensate end", "b work"]
