@@ -27,7 +27,8 @@ class Config:
         middleware: receives lifecycle events, in this order (after-hooks too: events are
             delivered in the order they happen).
         redis_url: the Redis server holding coordination state; None uses the embedded server
-            (one per machine and user, see ``docs/coordination.md``).
+            (one per machine and user, see ``docs/coordination.md``). ``repr`` shows it with
+            its password masked.
         embedded_dir: the embedded server's folder; None uses ``PY_REACTOR_EMBEDDED_DIR`` or
             ``~/.cache/py_reactor/redis``.
         rate_limits: named rate limits for ``with_rate_limit("name")``, each as
@@ -35,11 +36,23 @@ class Config:
     """
 
     middleware: tuple[Middleware, ...] = ()
-    redis_url: str | None = None
+    redis_url: str | None = field(default=None, repr=False)
     embedded_dir: str | None = None
     rate_limits: Mapping[str, tuple[tuple[int, int], ...]] = field(
         default_factory=lambda: MappingProxyType({})
     )
+
+    def __repr__(self) -> str:
+        """The settings, with the password of ``redis_url`` masked."""
+        url = None
+        if self.redis_url is not None:
+            from py_reactor.storage.urls import redact
+
+            url = redact(self.redis_url)
+        return (
+            f"Config(middleware={self.middleware!r}, redis_url={url!r}, "
+            f"embedded_dir={self.embedded_dir!r}, rate_limits={dict(self.rate_limits)!r})"
+        )
 
 
 _lock = threading.Lock()
@@ -65,25 +78,17 @@ def configure(
 
     Raises:
         TypeError: an option has the wrong type (the message names the option).
+        ValueError: ``redis_url`` is not a usable ``redis://``, ``rediss://`` or ``unix://`` URL
+            (bad scheme, no host or socket path, a port outside 1..65535, a database that is
+            not a number); nothing is connected to.
         DefinitionError: a rate limit is malformed (the message names it).
     """
     global _config
     changes: dict[str, object] = {}
     if middleware is not None:
-        items = tuple(middleware)
-        for item in items:
-            if not isinstance(item, Middleware):
-                raise TypeError(
-                    f"configure(middleware=...) takes py_reactor.Middleware instances, got {item!r}"
-                )
-        changes["middleware"] = items
+        changes["middleware"] = _check_middleware(middleware)
     if redis_url is not None:
-        if not isinstance(redis_url, str) or "://" not in redis_url:
-            raise TypeError(
-                f"configure(redis_url=...) takes a URL like 'redis://localhost:6379/0', "
-                f"got {redis_url!r}"
-            )
-        changes["redis_url"] = redis_url
+        changes["redis_url"] = _check_redis_url(redis_url)
     if embedded_dir is not None:
         if not isinstance(embedded_dir, str) or not embedded_dir:
             raise TypeError(
@@ -106,6 +111,60 @@ def configure(
     with _lock:
         _config = replace(_config, **changes)  # type: ignore[arg-type]
         return _config
+
+
+def _check_middleware(middleware: object) -> tuple[Middleware, ...]:
+    """``middleware`` as a tuple of Middleware instances, or a TypeError naming the bad item."""
+    if isinstance(middleware, Middleware):
+        name = type(middleware).__qualname__
+        raise TypeError(
+            f"configure(middleware=...) takes a list of py_reactor.Middleware instances, got a "
+            f"single {name}; wrap it in a list: configure(middleware=[{name}()])"
+        )
+    if isinstance(middleware, (str, bytes)) or not isinstance(middleware, Iterable):
+        raise TypeError(
+            f"configure(middleware=...) takes a list of py_reactor.Middleware instances, got "
+            f"{_kind(middleware)}; pass a list, e.g. configure(middleware=[MyMw()])"
+        )
+    items = tuple(middleware)
+    for position, item in enumerate(items):
+        if isinstance(item, type) and issubclass(item, Middleware):
+            raise TypeError(
+                f"configure(middleware=...): item {position} is the class {item.__qualname__}, "
+                f"not an instance; pass {item.__qualname__}() instead"
+            )
+        if not isinstance(item, Middleware):
+            raise TypeError(
+                f"configure(middleware=...): item {position} is {_kind(item)}, "
+                "not a py_reactor.Middleware; subclass Middleware and override the hooks you need"
+            )
+    return items
+
+
+def _kind(value: object) -> str:
+    """What ``value`` is, for messages: "an object", "a str", "None"."""
+    if value is None:
+        return "None"
+    noun = type(value).__qualname__
+    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
+
+
+def _check_redis_url(redis_url: object) -> str:
+    """``redis_url`` if redis-py can use it; else a ValueError (TypeError if not a str)."""
+    if not isinstance(redis_url, str):
+        raise TypeError(
+            f"configure(redis_url=...) takes a str URL like 'redis://localhost:6379/0', "
+            f"got {_kind(redis_url)}"
+        )
+    from py_reactor.storage.urls import EXAMPLE, redact, url_problem
+
+    problem = url_problem(redis_url)
+    if problem is not None:
+        raise ValueError(
+            f"configure(redis_url=...) got {redact(redis_url)!r}: {problem}; "
+            f"give a URL like {EXAMPLE}"
+        )
+    return redis_url
 
 
 def get_config() -> Config:

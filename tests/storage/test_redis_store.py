@@ -90,10 +90,19 @@ def test_a_server_that_goes_away_makes_release_raise_store_unavailable(key: str)
         server.stop()
 
 
-@pytest.mark.parametrize("value", ["not a url", "", "localhost:6379", 6379])
-def test_a_malformed_redis_url_is_refused(value: object) -> None:
-    """``configure(redis_url=...)`` refuses a value that is not a URL, naming the option."""
-    with pytest.raises(TypeError, match="redis_url"):
+@pytest.mark.parametrize(
+    ("value", "error"),
+    [
+        ("not a url", ValueError),
+        ("", ValueError),
+        ("localhost:6379", ValueError),
+        (6379, TypeError),
+    ],
+)
+def test_a_malformed_redis_url_is_refused(value: object, error: type[Exception]) -> None:
+    """``configure(redis_url=...)`` refuses a value that is not a URL, naming the option
+    (a ValueError for a bad str, a TypeError for a value that is not a str)."""
+    with pytest.raises(error, match="redis_url"):
         configure(redis_url=value)  # type: ignore[arg-type]
     assert get_config().redis_url is None
 

@@ -9,7 +9,10 @@ from __future__ import annotations
 import os
 import threading
 
+from redis.exceptions import RedisError
+
 from py_reactor.coordination.store import Store
+from py_reactor.errors import StoreUnavailableError
 from py_reactor.storage.redis import RedisStore
 
 __all__ = ["RedisStore", "current_store", "forget_store"]
@@ -22,7 +25,9 @@ def current_store() -> Store:
     """The store the current configuration names, created (and connected) on first use.
 
     Raises:
-        StoreUnavailableError: the configured server, or the embedded one, cannot be reached.
+        StoreUnavailableError: the configured server, or the embedded one, cannot be reached,
+            or its client cannot be built (a URL redis-py refuses, a folder that cannot be
+            made); never a raw redis-py or OS error.
     """
     global _cached
     from py_reactor.config import get_config
@@ -37,13 +42,26 @@ def current_store() -> Store:
         if cached is not None and cached[0] == identity and cached[1] == os.getpid():
             return cached[2]
         if config.redis_url is not None:
-            store: Store = RedisStore.from_url(config.redis_url)
+            store: Store = RedisStore.from_url(config.redis_url)  # masks the URL's password
         else:
-            from py_reactor.storage.embedded import embedded_store
-
-            store = embedded_store(config.embedded_dir)
+            store = _embedded(config.embedded_dir)
         _cached = (identity, os.getpid(), store)
         return store
+
+
+def _embedded(configured_dir: str | None) -> Store:
+    """The embedded store, reporting any failure to set it up as StoreUnavailableError."""
+    from py_reactor.storage.embedded import embedded_dir, embedded_store
+
+    try:
+        return embedded_store(configured_dir)
+    except (RedisError, OSError) as exc:
+        raise StoreUnavailableError(
+            f"the embedded Redis in {embedded_dir(configured_dir)} could not be set up "
+            f"({type(exc).__name__}: {exc}); nothing was taken and the protected work did not "
+            "run. Set configure(embedded_dir=...) or PY_REACTOR_EMBEDDED_DIR to a folder this "
+            "user can write, or configure(redis_url=...) to use a Redis server"
+        ) from exc
 
 
 def forget_store() -> None:

@@ -20,6 +20,7 @@ from redis.commands.core import Script
 from redis.retry import Retry
 
 from py_reactor.errors import CoordinationError, StoreUnavailableError
+from py_reactor.storage.urls import EXAMPLE, redact, scrub, secrets_of
 
 __all__ = ["CONNECT_TIMEOUT", "RedisStore", "lua_source"]
 
@@ -44,26 +45,51 @@ _INCLUDE = re.compile(r"^-- #include (_\w+)$", re.MULTILINE)
 
 
 class RedisStore:
-    """A ``Store`` over one redis-py client (and its connection pool)."""
+    """A ``Store`` over one redis-py client (and its connection pool).
+
+    ``description`` names the server in messages and never holds a password: ``from_url``
+    masks it, and every redis-py message quoted in an error has the client's password removed.
+    """
 
     def __init__(self, client: redis.Redis, description: str) -> None:
         self.client = client
         self.description = description
+        password = client.get_connection_kwargs().get("password")
+        self._secrets: tuple[str, ...] = (str(password),) if password else ()
         self._scripts: dict[str, Script] = {}
         self._lock = threading.Lock()
 
     @classmethod
     def from_url(cls, url: str) -> RedisStore:
-        """A store for the server at ``url`` (``redis://``, ``rediss://`` or ``unix://``)."""
-        # No client-side retries: an unreachable server is reported at once, and a script is
-        # never sent twice.
-        client = redis.Redis.from_url(
-            url,
-            decode_responses=True,
-            retry=Retry(NoBackoff(), 0),
-            socket_connect_timeout=CONNECT_TIMEOUT,
-        )
-        return cls(client, url)
+        """A store for the server at ``url`` (``redis://``, ``rediss://`` or ``unix://``).
+
+        Opens no connection: an unreachable server is reported by the first operation.
+
+        Raises:
+            StoreUnavailableError: redis-py cannot build a client from ``url`` (the message
+                shows the URL with its password masked).
+        """
+        try:
+            # No client-side retries: an unreachable server is reported at once, and a script
+            # is never sent twice.
+            client = redis.Redis.from_url(
+                url,
+                decode_responses=True,
+                retry=Retry(NoBackoff(), 0),
+                socket_connect_timeout=CONNECT_TIMEOUT,
+            )
+        except (ValueError, TypeError, redis.RedisError, OSError) as exc:
+            secrets = secrets_of(url)
+            text = scrub(str(exc), secrets)
+            error = StoreUnavailableError(
+                f"the coordination store URL {redact(url)} cannot be used "
+                f"({type(exc).__name__}: {text}); nothing was taken and the protected work did "
+                f"not run. Fix configure(redis_url=...): give a URL like {EXAMPLE}"
+            )
+            raise error from (exc if text == str(exc) else None)
+        store = cls(client, redact(url))
+        store._secrets = tuple(sorted({*store._secrets, *secrets_of(url)}, key=len, reverse=True))
+        return store
 
     def _script(self, name: str) -> Script:
         script = self._scripts.get(name)
@@ -88,38 +114,60 @@ class RedisStore:
             except redis.exceptions.NoScriptError:
                 script.sha = self.client.script_load(script.script)
                 return self.client.evalsha(script.sha, len(keys), *keys, *args)
-        except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
-            raise self.unavailable(exc) from exc
-        except redis.RedisError as exc:  # reachable, but refused: OOM, READONLY, ...
-            raise self.refused(name, exc) from exc
+        except (redis.RedisError, OSError) as exc:
+            raise self._failed(name, exc) from self._cause(exc)
 
     def wait_signal(self, key: str, timeout: float) -> str | None:
         """BLPOP ``key`` for up to ``timeout`` seconds (at least 10 ms: Redis 6.2 reads a
         timeout under about 1 ms as 0, "block forever")."""
         try:
             reply = self.client.blpop([key], timeout=max(timeout, 0.01))
-        except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
-            raise self.unavailable(exc) from exc
-        except redis.RedisError as exc:
-            raise self.refused("BLPOP", exc) from exc
+        except (redis.RedisError, OSError) as exc:
+            raise self._failed("BLPOP", exc) from self._cause(exc)
         if reply is None:
             return None
         return str(reply[1])
+
+    def _failed(self, what: str, exc: BaseException) -> StoreUnavailableError:
+        """The error for ``exc``, raised by redis-py while running ``what``."""
+        if isinstance(exc, (redis.AuthenticationError, redis.exceptions.AuthorizationError)):
+            return self.rejected(exc)
+        if isinstance(exc, (redis.ConnectionError, redis.TimeoutError, OSError)):
+            return self.unavailable(exc)
+        return self.refused(what, exc)  # reachable, but refused: OOM, READONLY, SELECT, ...
+
+    def _cause(self, exc: BaseException) -> BaseException | None:
+        """``exc`` to chain to the error, or None if its message holds the password."""
+        return exc if self._text(exc) == str(exc) else None
+
+    def _text(self, exc: BaseException) -> str:
+        """``exc``'s message without the client's password."""
+        return scrub(str(exc), self._secrets)
 
     def unavailable(self, exc: BaseException) -> StoreUnavailableError:
         """The error that reports this store unreachable because of ``exc``."""
         return StoreUnavailableError(
             f"the coordination store at {self.description} is unreachable "
-            f"({type(exc).__name__}: {exc}); nothing was taken and the protected work did not "
-            "run. Check that Redis is running there, or fix configure(redis_url=...)"
+            f"({type(exc).__name__}: {self._text(exc)}); nothing was taken and the protected "
+            "work did not run. Check that Redis is running there, or fix configure(redis_url=...)"
+        )
+
+    def rejected(self, exc: BaseException) -> StoreUnavailableError:
+        """The error that reports the store refusing the client's user name or password."""
+        return StoreUnavailableError(
+            f"the coordination store at {self.description} did not accept the credentials "
+            f"({type(exc).__name__}: {self._text(exc)}); nothing was taken and the protected "
+            "work did not run. Fix the user name and password in configure(redis_url=...) "
+            "(redis://user:password@host:6379/0)"
         )
 
     def refused(self, what: str, exc: BaseException) -> StoreUnavailableError:
         """The error that reports the store answering ``what`` with an error (``exc``)."""
         return StoreUnavailableError(
             f"the coordination store at {self.description} refused {what} "
-            f"({type(exc).__name__}: {exc}); nothing was taken and the protected work did not "
-            "run. Check the server (memory, replica read-only mode, its log)"
+            f"({type(exc).__name__}: {self._text(exc)}); nothing was taken and the protected "
+            "work did not run. Check the server: its memory, read-only replica mode, its log, "
+            "and that the database number in configure(redis_url=...) exists there"
         )
 
     def __repr__(self) -> str:
