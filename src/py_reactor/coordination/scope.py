@@ -53,10 +53,12 @@ def compute_key(decl: Declaration, values: Mapping[str, Any], where: str) -> str
     try:
         key = spec(MappingProxyType(dict(values)))
     except Exception as exc:
-        names = ", ".join(map(repr, sorted(values))) or "nothing"
+        names = ", ".join(map(repr, sorted(values)))
+        nothing = "the step has no arguments" if ", step " in where else "the reactor has no inputs"
+        received = f"a mapping of {names}" if names else f"an empty mapping: {nothing}"
         raise CoordinationKeyError(
             f"{where}: the {decl.primitive} key function raised {type(exc).__name__}: {exc} "
-            f"(it receives a mapping of {names}); nothing was taken and no work ran",
+            f"(it receives {received}); nothing was taken and no work ran",
             primitive=decl.primitive,
         ) from exc
     if key is None or key == "" or (not isinstance(key, str | int)) or isinstance(key, bool):

@@ -1,20 +1,27 @@
 """The five coordination decorators: ``with_lock``, ``with_semaphore``, ``with_rate_limit``,
 ``with_period`` and ``with_ordered_lock``.
 
-Each checks its options when it is called (at import) and records a declaration in the
-``coordination`` mapping of what it decorates: a Reactor subclass (the key function receives
-the reactor's inputs), a Step subclass or an inline ``@step`` function, above or below ``@step``
-(the key function receives the step's resolved arguments). A subclass inherits its parent's
-declarations and gets its own mapping when it declares more (the parent's is never changed);
-declaring the same primitive twice on one class or step is refused.
+Each checks its options (and the shape of its key function) when it is called, at import, and
+records a declaration in the ``coordination`` mapping of what it decorates: a Reactor subclass
+(the key function receives the reactor's inputs), a Step subclass or an inline ``@step``
+function, above or below ``@step`` (the key function receives the step's resolved arguments).
+A subclass inherits its parent's declarations and gets its own mapping when it declares more
+(the parent's is never changed); declaring the same primitive twice on one class or step is
+refused.
+
+On a plain function that never becomes a step (a module-level helper), the decorator wraps
+it: each call takes the declared primitives around the call (see ``_coordinated``). ``@step``
+applied to such a wrapper unwraps it to the original function and takes its declarations.
 """
 
 from __future__ import annotations
 
+import difflib
+import functools
 import inspect
 from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 from py_reactor.coordination.declarations import (
     Declaration,
@@ -25,20 +32,58 @@ from py_reactor.coordination.declarations import (
     RateLimitDeclaration,
     SemaphoreDeclaration,
 )
+from py_reactor.coordination.owner import bind_owner, new_owner, running_owner, unbind_owner
+from py_reactor.coordination.scope import Admission, Scope
+from py_reactor.dsl._key_reads import names_read
 from py_reactor.dsl.declaration import (
+    BARE_ATTRIBUTE,
     COORDINATION_ATTRIBUTE,
+    ORIGINAL_ATTRIBUTE,
     REFUSES_COORDINATION,
     StepDeclaration,
+    StepKind,
 )
 from py_reactor.dsl.reactor import Reactor
 from py_reactor.dsl.step import Step
-from py_reactor.errors import DefinitionError
+from py_reactor.errors import CoordinationError, DefinitionError
 
 __all__ = ["with_lock", "with_ordered_lock", "with_period", "with_rate_limit", "with_semaphore"]
 
 T = TypeVar("T")
+P = ParamSpec("P")
+R = TypeVar("R")
 
 _OWN = "__py_reactor_declared__"
+
+#: What each decorator needs besides the key, for the examples in messages.
+_EXAMPLE_OPTIONS = {
+    "with_lock": ", ...",
+    "with_semaphore": ", limit=5",
+    "with_rate_limit": ", limit=10, period='minute'",
+    "with_period": ", every='day'",
+    "with_ordered_lock": ", ...",
+}
+
+
+def _requires(*options: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """Refuse a call missing a required option with a DefinitionError instead of a TypeError.
+
+    The wrapped function keeps its signature (type checkers still require the option); at run
+    time, ``@with_semaphore`` written without parentheses gets a message that says so.
+    """
+
+    def wrap(fn: Callable[P, R]) -> Callable[P, R]:
+        @functools.wraps(fn)
+        def checked(*args: P.args, **kwargs: P.kwargs) -> R:
+            missing = [option for option in options if option not in kwargs]
+            if missing and (args or "key" in kwargs):
+                key = args[0] if args else kwargs["key"]
+                raise DefinitionError(_missing_option(fn.__name__, key, missing[0]))
+            return fn(*args, **kwargs)
+
+        return checked
+
+    return wrap
 
 
 def with_lock(
@@ -53,7 +98,8 @@ def with_lock(
 
     On a reactor the key function receives the validated inputs; on a step (a ``Step``
     subclass or an inline ``@step`` function) it receives the step's resolved arguments, and
-    only that step's work is serialized. See ``py_reactor.Lock``.
+    only that step's work is serialized. On a plain function (not a step) every call holds the
+    lock; the key function receives the call's arguments by name. See ``py_reactor.Lock``.
 
     Args:
         key: a constant str, or a function of the validated values returning the key.
@@ -63,6 +109,7 @@ def with_lock(
         rollback_wait: steps only: seconds the step's ``compensate``/``undo`` waits to re-take
             the lock (default: ``ttl``); if it cannot, the rollback failure is reported.
     """
+    _check_key("with_lock", key)
     return _declarer(
         "with_lock",
         lambda: LockDeclaration(
@@ -71,6 +118,7 @@ def with_lock(
     )
 
 
+@_requires("limit")
 def with_semaphore(
     key: KeySpec,
     *,
@@ -79,7 +127,7 @@ def with_semaphore(
     lease: float = 60,
     rollback_wait: float | None = None,
 ) -> Callable[[T], T]:
-    """Let at most ``limit`` runs (of the reactor, or of the one step) with ``key`` at once.
+    """Let at most ``limit`` runs (of the reactor, the one step, or a plain function) at once.
 
     Args:
         key: a constant str, or a function of the validated values returning the key.
@@ -89,6 +137,7 @@ def with_semaphore(
         rollback_wait: steps only: seconds the step's ``compensate``/``undo`` waits to re-take
             a slot (default: ``lease``); if it cannot, the rollback failure is reported.
     """
+    _check_key("with_semaphore", key)
     return _declarer(
         "with_semaphore",
         lambda: SemaphoreDeclaration(
@@ -120,10 +169,12 @@ def with_rate_limit(
         wait: seconds the run may wait for a window to reopen before failing with
             RateLimitExceededError (default 0: fail at once, with ``retry_after``).
     """
+    _check_key("with_rate_limit", key)
     if limit is None and limits is None and not isinstance(key, str):
         raise DefinitionError(
             "with_rate_limit: without limit= or limits=, the key must be the name of a limit "
             "registered with configure(rate_limits=...), not a function"
+            + _bare_hint("with_rate_limit", key)
         )
     return _declarer(
         "with_rate_limit",
@@ -131,12 +182,14 @@ def with_rate_limit(
     )
 
 
+@_requires("every")
 def with_period(key: KeySpec, *, every: str | int, wait: float = 60) -> Callable[[T], T]:
     """Run at most once per ``every`` bucket.
 
     On a reactor, later runs in the bucket halt (reason "period"). On a step, later runs
     **skip the step** (``Skipped``, reason "period") and the rest of the workflow continues.
-    The bucket is marked only when the work ends in a plain success.
+    On a plain function, later calls in the bucket return None without running it. The bucket
+    is marked only when the work ends in a plain success (for a function: it returned).
 
     Args:
         key: a constant str, or a function of the validated values (the reactor's inputs,
@@ -145,6 +198,7 @@ def with_period(key: KeySpec, *, every: str | int, wait: float = 60) -> Callable
             calendar buckets) or a number of seconds.
         wait: seconds to wait for a concurrent run of the same bucket to finish.
     """
+    _check_key("with_period", key)
     return _declarer("with_period", lambda: PeriodDeclaration(key, every=every, wait=wait))
 
 
@@ -162,7 +216,8 @@ def with_ordered_lock(
     key reads the step's arguments), so executions pass the step in the order they reached
     it, not the order they started. The two coincide only when the step is the reactor's
     first. In strict mode a failure makes later positions skip the step (``Skipped``, reason
-    "ordered_lock") while the rest of their workflow continues.
+    "ordered_lock") while the rest of their workflow continues. On a plain function, calls
+    run in the order they were made; a call skipped in strict mode returns None.
 
     Args:
         key: a constant str, or a function of the validated values (the reactor's inputs,
@@ -175,6 +230,7 @@ def with_ordered_lock(
             drains.
         wait: seconds to wait for this position's turn (None: as long as it takes).
     """
+    _check_key("with_ordered_lock", key)
     return _declarer(
         "with_ordered_lock",
         lambda: OrderedLockDeclaration(
@@ -183,39 +239,146 @@ def with_ordered_lock(
     )
 
 
+# -- the key, checked when with_*(...) is called ----------------------------------------------
+
+
+def _check_key(name: str, key: object) -> None:
+    """Refuse a key that is no key: a class or a step (bare ``@with_x``), or the wrong arity."""
+    if isinstance(key, type | StepDeclaration):
+        raise DefinitionError(_bare_message(name, key))
+    if isinstance(key, str) or not callable(key):
+        return  # _checked says what a key must be
+    try:
+        signature = inspect.signature(key)
+    except (TypeError, ValueError):
+        return
+    try:
+        signature.bind(MappingProxyType({}))
+    except TypeError:
+        raise DefinitionError(
+            f"{name}(key=...): the key function {_shown(key, signature)} cannot be called with "
+            "exactly one positional argument; a key function receives one read-only mapping of "
+            "the values, e.g. lambda args: f\"acct:{args['account_id']}\"" + _bare_hint(name, key)
+        ) from None
+
+
+def _shown(key: object, signature: inspect.Signature) -> str:
+    """``lambda a, b: ...`` for a lambda, ``name(a, b)`` for a def."""
+    if getattr(key, "__name__", None) == "<lambda>":
+        return f"`lambda {str(signature)[1:-1]}: ...`".replace("lambda : ", "lambda: ")
+    return f"{_label(key)}{signature}"
+
+
+def _may_be_bare(key: object) -> bool:
+    """Whether ``key`` may be the function a ``@with_x`` without parentheses was put on."""
+    return inspect.isfunction(key) and key.__name__ != "<lambda>"
+
+
+def _bare_hint(name: str, key: object) -> str:
+    if not _may_be_bare(key):
+        return ""
+    return (
+        f". If you wrote @{name} without parentheses above {_label(key)}, "
+        f"use `@{name}(key, ...)`, e.g. @{name}('some-key'{_EXAMPLE_OPTIONS[name]})"
+    )
+
+
+def _bare_message(name: str, target: object) -> str:
+    options = _EXAMPLE_OPTIONS[name]
+    return (
+        f"@{name} was applied without a key (used without parentheses) on {_label(target)}: "
+        f"{name} needs a key first; use `@{name}(key, ...)`, e.g. @{name}('some-key'{options}) "
+        f"or @{name}(lambda args: ...{options})"
+    )
+
+
+def _missing_option(name: str, key: object, option: str) -> str:
+    if isinstance(key, type | StepDeclaration):
+        return _bare_message(name, key)
+    return (
+        f"{name}(...) needs {option}=..., e.g. {name}('some-key'{_EXAMPLE_OPTIONS[name]})"
+        + _bare_hint(name, key)
+    )
+
+
+def _checked(name: str, build: Callable[[], Declaration]) -> Declaration:
+    try:
+        decl = build()
+    except DefinitionError as exc:
+        raise DefinitionError(f"{name}: {exc.message}") from None
+    key = decl.key
+    if not callable(key) and not (isinstance(key, str) and key):
+        raise DefinitionError(
+            f"{name}: key must be a non-empty str or a function of the inputs, got {key!r}"
+        )
+    return decl
+
+
+# -- the decorator ------------------------------------------------------------------------------
+
+
 def _declarer(name: str, build: Callable[[], Declaration]) -> Callable[[T], T]:
     """Build (and so check) the declaration now; return the decorator that records it."""
     decl = _checked(name, build)
 
-    def decorate(target: T) -> T:
-        refusal = getattr(target, REFUSES_COORDINATION, None)
-        if refusal:
-            raise DefinitionError(f"{name}(...) on {_label(target)}: {refusal}")
-        if isinstance(target, type) and issubclass(target, Reactor | Step):
-            if issubclass(target, Reactor) and getattr(decl, "rollback_wait", None) is not None:
-                raise DefinitionError(
-                    f"{name}(rollback_wait=...) on reactor {_label(target)}: rollback_wait is "
-                    "for steps; a reactor keeps its holds through its own rollback",
-                    reactor=_label(target),
-                )
-            _check_key_shape(name, decl, target.__py_reactor_contract__.fields, _label(target))
-            _attach(name, target, decl)
-            return target
-        if isinstance(target, StepDeclaration):
-            _check_key_shape(name, decl, target.contract.fields, target.label)
-            target.attach_coordination(name, decl)
-            return target
-        if callable(target) and not isinstance(target, type):
-            _check_key_shape(name, decl, _parameters(target), _label(target))
-            _attach_to_function(name, target, decl)
-            return target
-        raise DefinitionError(
-            f"{name}(...) decorates a Reactor subclass, a Step subclass or an inline step "
-            f"function, got {target!r}"
-        )
+    def decorate(*args: Any, **kwargs: Any) -> Any:
+        if len(args) != 1 or kwargs:
+            if _may_be_bare(decl.key):
+                raise DefinitionError(_bare_message(name, decl.key))
+            raise DefinitionError(
+                f"{name}(...) is a decorator: put it above a Reactor subclass, a Step subclass "
+                "or a function"
+            )
+        return _apply(name, decl, args[0])
 
-    decorate.__py_reactor_decorator__ = name  # type: ignore[attr-defined]
+    decorate.__name__ = decorate.__qualname__ = name
+    setattr(decorate, "__py_reactor_decorator__", name)  # noqa: B010
+    if _may_be_bare(decl.key):
+        function_name = getattr(decl.key, "__name__", "")
+        setattr(decorate, BARE_ATTRIBUTE, (function_name, _bare_message(name, decl.key)))
     return decorate
+
+
+def _apply(name: str, decl: Declaration, target: Any) -> Any:
+    refusal = getattr(target, REFUSES_COORDINATION, None)
+    if refusal:
+        raise DefinitionError(f"{name}(...) on {_label(target)}: {refusal}")
+    if isinstance(target, type) and issubclass(target, Reactor | Step):
+        where = _label(target)
+        if issubclass(target, Reactor):
+            if getattr(decl, "rollback_wait", None) is not None:
+                raise DefinitionError(
+                    f"{name}(rollback_wait=...) on reactor {where}: rollback_wait is "
+                    "for steps; a reactor keeps its holds through its own rollback",
+                    reactor=where,
+                )
+            receives, at = "the reactor's inputs", {"reactor": where}
+        else:
+            receives, at = "the step's inputs", {"step": where}
+        fields = list(target.__py_reactor_contract__.fields)
+        _check_key_shape(name, decl, fields, where)
+        _check_key_names(name, decl, fields, where, receives, at)
+        _attach(name, target, decl)
+        return target
+    if isinstance(target, StepDeclaration):
+        if target.kind is StepKind.INLINE:
+            names = target.argument_names
+            _check_key_shape(name, decl, names, target.label)
+            _check_key_names(
+                name, decl, names, target.label, "the step's arguments", {"step": target.label}
+            )
+        target.attach_coordination(name, decl)  # refuses a class step or compose()
+        return target
+    if isinstance(target, staticmethod | classmethod):
+        return type(target)(_coordinated(name, decl, target.__func__))
+    if callable(target) and not isinstance(target, type):
+        return _coordinated(name, decl, target)
+    if _may_be_bare(decl.key):
+        raise DefinitionError(_bare_message(name, decl.key))
+    raise DefinitionError(
+        f"{name}(...) decorates a Reactor subclass, a Step subclass, an inline step function "
+        f"or a plain function, got {target!r}"
+    )
 
 
 #: Parameter names that read as "the mapping of values", not as one of the values.
@@ -244,29 +407,43 @@ def _check_key_shape(name: str, decl: Declaration, names: Iterable[str], where: 
         )
 
 
+def _check_key_names(
+    name: str,
+    decl: Declaration,
+    names: Iterable[str] | None,
+    where: str,
+    receives: str,
+    at: Mapping[str, str],
+) -> None:
+    """Refuse a key function reading ``args["x"]`` (or ``args.get("x")``) that is never there.
+
+    ``names`` is what the mapping will hold (None: not known, nothing is checked). The reads
+    are found in the key function's source; when it cannot be read, nothing is checked.
+    """
+    key = decl.key
+    if names is None or isinstance(key, str):
+        return
+    known = list(names)
+    for read in names_read(key):
+        if read in known:
+            continue
+        if known:
+            close = difflib.get_close_matches(read, known, n=1)
+            hint = f"did you mean {close[0]!r}?" if close else "read one of those names"
+            what = f"{receives}: {', '.join(known)}; {hint}"
+        else:
+            what = f"an empty mapping: {where} has no {receives.rpartition(' ')[2]}"
+        raise DefinitionError(
+            f"{name}(...) on {where}: the key function reads {read!r}, but it receives {what}",
+            **at,
+        )
+
+
 def _parameters(fn: Any) -> list[str]:
     try:
         return list(inspect.signature(fn).parameters)
     except (TypeError, ValueError):
         return []
-
-
-def _checked(name: str, build: Callable[[], Declaration]) -> Declaration:
-    try:
-        decl = build()
-    except DefinitionError as exc:
-        raise DefinitionError(f"{name}: {exc.message}") from None
-    key = decl.key
-    if isinstance(key, type | StepDeclaration):
-        raise DefinitionError(
-            f"{name} needs a key: write @{name}('some-key', ...) or "
-            f"@{name}(lambda args: ..., ...); it was applied without one to {_label(key)}"
-        )
-    if not callable(key) and not (isinstance(key, str) and key):
-        raise DefinitionError(
-            f"{name}: key must be a non-empty str or a function of the inputs, got {key!r}"
-        )
-    return decl
 
 
 def _attach(name: str, cls: type[Reactor] | type[Step], decl: Declaration) -> None:
@@ -283,22 +460,129 @@ def _attach(name: str, cls: type[Reactor] | type[Step], decl: Declaration) -> No
     setattr(cls, _OWN, (*own, decl.primitive))
 
 
-def _attach_to_function(name: str, fn: Any, decl: Declaration) -> None:
-    """Record ``decl`` on a function that ``@step`` will turn into an inline step."""
-    declared: dict[str, Declaration] = dict(getattr(fn, COORDINATION_ATTRIBUTE, {}))
-    if decl.primitive in declared:
+# -- a plain function ---------------------------------------------------------------------------
+
+
+def _coordinated(name: str, decl: Declaration, fn: Any) -> Any:
+    """``fn`` wrapped so that every call takes ``decl`` (and what ``fn`` already declares).
+
+    ``@step`` unwraps the wrapper to the original function (``ORIGINAL_ATTRIBUTE``) and takes
+    its declarations from ``COORDINATION_ATTRIBUTE``; a later ``with_*`` builds a new wrapper
+    around the same original, so a wrapper is never changed once returned.
+    """
+    label = _label(fn)
+    if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
         raise DefinitionError(
-            f"{_label(fn)}: {name} is declared twice on this step; keep one", step=_label(fn)
+            f"{name}(...) on {label}: it is an async function, and coordination of async "
+            "functions is not supported yet; decorate a regular def function"
         )
-    declared[decl.primitive] = decl
-    try:
-        setattr(fn, COORDINATION_ATTRIBUTE, declared)
-    except (AttributeError, TypeError):
+    if inspect.isgeneratorfunction(fn):
         raise DefinitionError(
-            f"{name}(...) cannot record a declaration on {fn!r}; decorate a def function, "
-            "a Step subclass or a Reactor subclass"
+            f"{name}(...) on {label}: it is a generator function, which returns before its "
+            "body runs, so nothing would be protected; decorate a function that does the work"
+        )
+    original = getattr(fn, ORIGINAL_ATTRIBUTE, fn)
+    declared: dict[str, Declaration] = dict(getattr(fn, COORDINATION_ATTRIBUTE, None) or {})
+    if decl.primitive in declared:
+        raise DefinitionError(f"{label}: {name} is declared twice on this function; keep one")
+    try:
+        signature = inspect.signature(original)
+    except (TypeError, ValueError):
+        raise DefinitionError(
+            f"{name}(...) cannot read the signature of {fn!r}, so its key function could not "
+            "receive the call's arguments; decorate a def function, a Step subclass or a "
+            "Reactor subclass"
         ) from None
+    parameters = list(signature.parameters.values())
+    _check_key_shape(name, decl, [p.name for p in parameters], label)
+    if not any(p.kind is p.VAR_KEYWORD for p in parameters):
+        names = [p.name for p in parameters]
+        _check_key_names(name, decl, names, label, "the function's arguments", {})
+    declared[decl.primitive] = decl
+    declarations = MappingProxyType(declared)
+
+    @functools.wraps(fn)
+    def coordinated(*args: Any, **kwargs: Any) -> Any:
+        return _call(original, signature, declarations, label, args, kwargs)
+
+    coordinated.__dict__[COORDINATION_ATTRIBUTE] = declared
+    coordinated.__dict__[ORIGINAL_ATTRIBUTE] = original
+    return coordinated
+
+
+def _call(
+    fn: Callable[..., Any],
+    signature: inspect.Signature,
+    declarations: Mapping[str, Declaration],
+    label: str,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Any:
+    """Call ``fn`` inside its declared coordination; see ``_coordinated``.
+
+    Holds belong to the running execution (a helper called from a locked step re-enters its
+    hold); outside one, the call is its own owner for its duration. A period already done in
+    its bucket, or a strict ordered lock short-circuited by an earlier failure, returns None
+    without calling ``fn``.
+
+    Raises:
+        CoordinationError: contention after ``wait`` (LockAcquisitionError, ...), a full rate
+            limit, a key function that failed, or an unreachable store; ``fn`` did not run.
+    """
+    bound = signature.bind(*args, **kwargs)  # a TypeError, as calling fn itself would raise
+    bound.apply_defaults()
+    values: dict[str, Any] = {}
+    for param_name, value in bound.arguments.items():
+        if signature.parameters[param_name].kind is inspect.Parameter.VAR_KEYWORD:
+            values.update(value)  # by name, as an inline step with **kwargs receives them
+        else:
+            values[param_name] = value
+    token = bind_owner(new_owner()) if running_owner() is None else None
+    try:
+        try:
+            scope = Scope(declarations, values, reactor=label, private=_private())
+            admission = scope.enter()
+        except CoordinationError as exc:
+            _relocate(exc, label)
+            raise
+        if admission is not Admission.PROCEED:
+            scope.exit(succeeded=False, failed=False)
+            return None
+        returned = False
+        try:
+            result = fn(*args, **kwargs)
+            returned = True
+        finally:
+            scope.exit(succeeded=returned, failed=not returned)
+        return result
+    finally:
+        if token is not None:
+            unbind_owner(token)
+
+
+def _private() -> dict[str, Any]:
+    """A private dict for one call, listing the holds of the running execution, if any.
+
+    Read, never written back: a period claim or an ordered turn the execution already holds
+    on the same key is re-entered, and nothing of the call lingers in the execution.
+    """
+    from py_reactor.engine.context import running_context
+
+    context = running_context()
+    held = [] if context is None else list(context.private.get("held_keys", ()))
+    return {"held_keys": held}
+
+
+def _relocate(exc: CoordinationError, label: str) -> None:
+    """Say ``label()`` where the scope said ``reactor <label>``: this is a function call."""
+    old = f"reactor {label}"
+    if exc.message.startswith(old):
+        text = f"{label}(){exc.message[len(old) :]}"
+        exc.message = text.replace("the reactor has no inputs", "the function takes no arguments")
+        exc.args = (exc.message,)
 
 
 def _label(target: object) -> str:
+    if isinstance(target, StepDeclaration):
+        return target.label
     return str(getattr(target, "__qualname__", None) or getattr(target, "name", None) or target)

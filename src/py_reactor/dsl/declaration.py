@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import inspect
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -15,7 +16,16 @@ from py_reactor.errors import DefinitionError
 if TYPE_CHECKING:
     from py_reactor.engine.results import Outcome
 
-__all__ = ["COORDINATION_ATTRIBUTE", "REFUSES_COORDINATION", "StepDeclaration", "StepKind"]
+__all__ = [
+    "BARE_ATTRIBUTE",
+    "COORDINATION_ATTRIBUTE",
+    "ORIGINAL_ATTRIBUTE",
+    "REFUSES_COORDINATION",
+    "HookHandle",
+    "StepDeclaration",
+    "StepKind",
+    "bare_decorator",
+]
 
 Hook = Callable[..., Any]
 
@@ -24,8 +34,25 @@ _NONE: Mapping[str, Any] = MappingProxyType({})
 #: Where ``with_lock`` & co. record declarations on a function that ``@step`` will wrap.
 COORDINATION_ATTRIBUTE = "__py_reactor_coordination__"
 
+#: On the wrapper ``with_*`` puts around a plain function: the function it wraps.
+ORIGINAL_ATTRIBUTE = "__py_reactor_original__"
+
+#: On what ``@with_lock`` without parentheses returned: (the function's name, the message).
+BARE_ATTRIBUTE = "__py_reactor_bare__"
+
 #: A class (e.g. an interrupt step) that sets this attribute to a reason refuses ``with_*``.
 REFUSES_COORDINATION = "__py_reactor_refuses_coordination__"
+
+
+def bare_decorator(value: object) -> tuple[str, str] | None:
+    """``(function name, message)`` if ``value`` is a ``@with_x`` applied without parentheses.
+
+    A decorator returned by ``with_lock(fn)`` where ``fn`` is a named ``def`` may be a key
+    function (legitimate) or the function ``@with_lock`` was put on; callers decide by where
+    they find it (e.g. bound under ``fn``'s own name in a class body, or passed to ``@step``).
+    """
+    bare: tuple[str, str] | None = getattr(value, BARE_ATTRIBUTE, None)
+    return bare if isinstance(bare, tuple) else None
 
 
 class StepKind(enum.Enum):
@@ -53,7 +80,10 @@ class StepDeclaration:
         accepts_extra: bool = False,
         wiring: Mapping[str, Source] | None = None,
         wait_for: tuple[str, ...] = (),
+        declared_on: Any = None,
     ) -> None:
+        """``declared_on``: where ``@retries`` / ``with_*`` placed below ``@step`` were recorded
+        (the wrapper ``with_*`` put around ``target``); default ``target`` itself."""
         self.kind = kind
         self.target = target
         self.contract = contract
@@ -63,12 +93,12 @@ class StepDeclaration:
         self.compensate_hook: Hook | None = None
         self.undo_hook: Hook | None = None
         self.name: str | None = None
-        self.hook_names: set[str] = set()  # names the compensate/undo functions were defined as
         if kind is StepKind.INLINE:
-            inherited = getattr(target, RETRY_ATTRIBUTE, None)
+            carrier = target if declared_on is None else declared_on
+            inherited = getattr(carrier, RETRY_ATTRIBUTE, None)
             if inherited is not None:
                 self.__dict__[RETRY_ATTRIBUTE] = inherited
-            declared = getattr(target, COORDINATION_ATTRIBUTE, None)
+            declared = getattr(carrier, COORDINATION_ATTRIBUTE, None)
             if declared:
                 self.__dict__["_coordination"] = MappingProxyType(dict(declared))
 
@@ -102,6 +132,13 @@ class StepDeclaration:
         return target_coordination
 
     @property
+    def argument_names(self) -> list[str]:
+        """The names of the arguments this step receives: its declared ones, plus the extra
+        ones it is wired (a ``**kwargs`` inline step)."""
+        fields = list(self.contract.fields)
+        return fields + [name for name in self.wiring if name not in self.contract.fields]
+
+    @property
     def label(self) -> str:
         """A readable name for messages: the step name, else what it runs."""
         if self.name:
@@ -121,13 +158,12 @@ class StepDeclaration:
     def attach_coordination(self, decorator: str, declaration: Any) -> None:
         """Record ``with_*`` placed above ``@step``; refuse a primitive declared twice."""
         if self.kind is not StepKind.INLINE:
-            where = (
-                f"the Step class {self.label}"
-                if self.kind is StepKind.CLASS
-                else f"the child reactor class {self.label}"
-            )
+            if self.kind is StepKind.CLASS:
+                placed, where = f"step({self.label})", f"the Step class {self.label}"
+            else:
+                placed, where = f"compose({self.label})", f"the child reactor class {self.label}"
             raise DefinitionError(
-                f"{decorator}(...) on step({self.label}): declare it on {where} instead, "
+                f"{decorator}(...) on {placed}: declare it on {where} instead, "
                 "so every reactor using it gets the same coordination"
             )
         declared = dict(self.coordination)
@@ -141,19 +177,23 @@ class StepDeclaration:
 
     # -- inline compensate / undo ----------------------------------------------------------
 
-    def compensate(self, fn: Hook) -> StepDeclaration:
-        """Attach ``fn(error, **arguments)``, run when this inline step itself fails."""
+    def compensate(self, fn: Hook) -> HookHandle:
+        """Attach ``fn(error, **arguments)``, run when this inline step itself fails.
+
+        Returns a :class:`HookHandle` (callable like ``fn``) for the class body to bind.
+        """
         self._check_hook("compensate", fn, self.compensate_hook)
         self.compensate_hook = fn
-        self.hook_names.add(getattr(fn, "__name__", ""))
-        return self
+        return HookHandle(self, "compensate", fn)
 
-    def undo(self, fn: Hook) -> StepDeclaration:
-        """Attach ``fn(result, **arguments)``, run when a later step fails after this one."""
+    def undo(self, fn: Hook) -> HookHandle:
+        """Attach ``fn(result, **arguments)``, run when a later step fails after this one.
+
+        Returns a :class:`HookHandle` (callable like ``fn``) for the class body to bind.
+        """
         self._check_hook("undo", fn, self.undo_hook)
         self.undo_hook = fn
-        self.hook_names.add(getattr(fn, "__name__", ""))
-        return self
+        return HookHandle(self, "undo", fn)
 
     def _check_hook(self, what: str, fn: object, existing: Hook | None) -> None:
         if self.kind is not StepKind.INLINE:
@@ -161,10 +201,70 @@ class StepDeclaration:
                 f"@{self.label}.{what} attaches to inline steps only; "
                 f"define {what}() on the step class {self.label} instead"
             )
+        bare = bare_decorator(fn)
+        if bare is not None:
+            raise DefinitionError(bare[1])
+        if isinstance(fn, StepDeclaration):
+            raise DefinitionError(
+                f"@{self.label}.{what} needs a plain function, got the step {fn.label!r}; "
+                f"remove @step from the {what} function"
+            )
         if not callable(fn):
             raise DefinitionError(f"@{self.label}.{what} needs a function, got {fn!r}")
+        name = getattr(fn, "__qualname__", None) or repr(fn)
+        declared = getattr(fn, COORDINATION_ATTRIBUTE, None)
+        if declared:
+            decorators = ", ".join(f"with_{primitive}" for primitive in declared)
+            raise DefinitionError(
+                f"@{self.label}.{what} on {name}: {decorators} is declared on the {what} "
+                f"function, but rollback re-takes the step's own declarations (its lock and "
+                f"semaphore) around its {what}; put the coordination on the step "
+                f"{self.label} instead"
+            )
+        if getattr(fn, RETRY_ATTRIBUTE, None) is not None:
+            raise DefinitionError(
+                f"@{self.label}.{what} on {name}: @retries is declared on the {what} function, "
+                f"but {_an(what)} is never retried (a failing one is reported on the outcome's "
+                f"rollback_failures); put @retries on the step {self.label} if the step's "
+                "work should be retried"
+            )
         if existing is not None:
             raise DefinitionError(f"step {self.label!r} already has a {what} function")
+
+    def check_hooks(self, where: str, **at: str) -> None:
+        """Refuse a compensate/undo that cannot be called as ``fn(first, **arguments)``.
+
+        Args:
+            where: the reactor and step, for the message.
+            at: ``reactor=``/``step=`` for the error.
+        """
+        names = self.argument_names
+        for what, hook, first in (
+            ("compensate", self.compensate_hook, "error"),
+            ("undo", self.undo_hook, "result"),
+        ):
+            if hook is None:
+                continue
+            try:
+                signature = inspect.signature(hook)
+            except (TypeError, ValueError):
+                continue
+            try:
+                signature.bind(None, **dict.fromkeys(names))
+            except TypeError as exc:
+                label = getattr(hook, "__qualname__", None) or repr(hook)
+                call = ", ".join([first, *(f"{n}=..." for n in names)])
+                receives = (
+                    f"the {first} first, then the step's arguments by name ({', '.join(names)})"
+                    ": take them, or **arguments"
+                    if names
+                    else f"only the {first}: the step has no arguments"
+                )
+                raise DefinitionError(
+                    f"{where}: its {what} function {label}{signature} cannot be called as "
+                    f"{what}({call}) ({exc}); it receives {receives}",
+                    **at,
+                ) from None
 
     # -- direct invocation -------------------------------------------------------------------
 
@@ -183,3 +283,49 @@ class StepDeclaration:
     def __repr__(self) -> str:
         what = getattr(self.target, "__qualname__", repr(self.target))
         return f"<StepDeclaration {self.label!r} {self.kind.value}={what}>"
+
+
+class HookHandle:
+    """What ``@<step>.compensate`` / ``@<step>.undo`` leave in the class body.
+
+    Calling it calls the function. It is not a step (a reactor does not collect it), and a
+    coordination decorator or ``@retries`` placed above it is refused: rollback re-takes the
+    step's own lock and semaphore around its compensate and undo, and never retries them.
+    """
+
+    def __init__(self, step: StepDeclaration, kind: str, function: Hook) -> None:
+        self.step = step
+        self.kind = kind
+        self.function = function
+        self.__name__ = getattr(function, "__name__", kind)
+        self.__qualname__ = getattr(function, "__qualname__", self.__name__)
+        self.__doc__ = getattr(function, "__doc__", None)
+        self.__wrapped__ = function
+        setattr(
+            self,
+            REFUSES_COORDINATION,
+            f"it is the {kind} function of step {step.label!r}, and rollback re-takes the "
+            f"step's own declarations (its lock and semaphore) around its {kind}; put the "
+            f"coordination on the step {step.label} instead",
+        )
+
+    def attach_retries(self, policy: RetryPolicy) -> None:
+        """Refuse ``@retries`` above ``@<step>.compensate`` / ``@<step>.undo``."""
+        raise DefinitionError(
+            f"@retries on {self.__qualname__}: it is the {self.kind} function of step "
+            f"{self.step.label!r}, and {_an(self.kind)} is never retried (a failing one is "
+            f"reported on the outcome's rollback_failures); put @retries on the step "
+            f"{self.step.label} if the step's work should be retried"
+        )
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the function directly (plain Python)."""
+        return self.function(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<HookHandle {self.kind} of step {self.step.label!r}: {self.__qualname__}>"
+
+
+def _an(word: str) -> str:
+    """``word`` with its indefinite article: "an undo", "a compensate"."""
+    return f"{'an' if word[:1] in 'aeiou' else 'a'} {word}"

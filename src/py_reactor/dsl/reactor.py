@@ -15,7 +15,13 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from py_reactor.dsl._graph import find_cycle, topological_order
 from py_reactor.dsl.contracts import Contract, contract_from_class
-from py_reactor.dsl.declaration import COORDINATION_ATTRIBUTE, StepDeclaration, StepKind
+from py_reactor.dsl.declaration import (
+    COORDINATION_ATTRIBUTE,
+    HookHandle,
+    StepDeclaration,
+    StepKind,
+    bare_decorator,
+)
 from py_reactor.dsl.registry import register
 from py_reactor.dsl.sources import Input, Result, Source
 from py_reactor.errors import DefinitionError
@@ -58,6 +64,7 @@ class Reactor:
         super().__init_subclass__(**kwargs)
         cls.__py_reactor_name__ = cls.__qualname__
         steps = _collect_steps(cls)
+        _check_returns(cls)
         contract = _input_contract(cls, steps)
         cls.__py_reactor_contract__ = contract
         plan = {name: _plan_step(cls, name, decl, contract, steps) for name, decl in steps.items()}
@@ -66,7 +73,7 @@ class Reactor:
         if cls.returns is not None and cls.returns not in plan:
             raise DefinitionError(
                 f"{cls.__qualname__}.returns names {cls.returns!r}, which is not a step; "
-                f"steps are: {', '.join(plan) or '(none)'}",
+                + (f"steps are: {', '.join(plan)}" if plan else "it has no steps"),
                 reactor=cls.__qualname__,
             )
         register(cls)
@@ -83,6 +90,24 @@ class Reactor:
         return run_reactor(cls, inputs)
 
 
+def _check_returns(cls: type[Reactor]) -> None:
+    """Refuse ``returns`` that is not one step name: the run's value is one step's value."""
+    returns = cls.returns
+    if returns is None or isinstance(returns, str):
+        return
+    example = (
+        f"returns = {returns[0]!r}"
+        if isinstance(returns, list | tuple) and returns and isinstance(returns[0], str)
+        else "returns = 'step_name'"
+    )
+    raise DefinitionError(
+        f"{cls.__qualname__}.returns is {returns!r}, but returns takes one step name (a str) "
+        f"or None: the run's value is that one step's value; write {example} (to return "
+        "several values, add a step that combines them)",
+        reactor=cls.__qualname__,
+    )
+
+
 def _collect_steps(cls: type) -> dict[str, StepDeclaration]:
     steps: dict[str, StepDeclaration] = {}
     for klass in reversed(cls.__mro__):
@@ -90,8 +115,6 @@ def _collect_steps(cls: type) -> dict[str, StepDeclaration]:
         for attr, value in vars(klass).items():
             if isinstance(value, StepDeclaration):
                 if id(value) in seen:
-                    if attr in value.hook_names:  # ``@charge.undo def _undo``: not a new step
-                        continue
                     first = next(n for n, d in steps.items() if d is value)
                     raise DefinitionError(
                         f"{cls.__qualname__}: one step declaration is bound to both {first!r} "
@@ -103,6 +126,10 @@ def _collect_steps(cls: type) -> dict[str, StepDeclaration]:
                 steps[attr] = value
             elif attr in steps and klass is cls:
                 del steps[attr]  # a subclass replaced an inherited step with something else
+            elif klass is cls and (bare := bare_decorator(value)) is not None and bare[0] == attr:
+                raise DefinitionError(
+                    f"{cls.__qualname__}.{attr}: {bare[1]}", reactor=cls.__qualname__, step=attr
+                )
             elif klass is cls and callable(value) and getattr(value, COORDINATION_ATTRIBUTE, None):
                 raise DefinitionError(
                     f"{cls.__qualname__}.{attr} declares coordination but is not a step; "
@@ -110,6 +137,17 @@ def _collect_steps(cls: type) -> dict[str, StepDeclaration]:
                     reactor=cls.__qualname__,
                     step=attr,
                 )
+    for attr, value in vars(cls).items():
+        if isinstance(value, HookHandle) and not any(d is value.step for d in steps.values()):
+            raise DefinitionError(
+                f"{cls.__qualname__}.{attr} is the {value.kind} function attached with "
+                f"@{value.step.label}.{value.kind}, but {cls.__qualname__} has no such step. "
+                f"A hook function named like its step replaces the step in the class body: "
+                f"name it differently (e.g. _{value.kind}_{attr}); and a hook attaches only "
+                "to a step of its own reactor",
+                reactor=cls.__qualname__,
+                step=attr,
+            )
     for name in steps:
         if name in REACTOR_RESERVED:
             raise DefinitionError(
@@ -154,10 +192,10 @@ def _plan_step(
     fields = decl.contract.fields
     for arg in decl.wiring:
         if arg not in fields and not decl.accepts_extra:
-            declared = ", ".join(fields) or "(none)"
+            declared = f"it declares: {', '.join(fields)}" if fields else "it declares none"
             raise DefinitionError(
                 f"{where}: wires argument {arg!r}, which {_what(decl)} does not declare "
-                f"(it declares: {declared})",
+                f"({declared})",
                 **at,
             )
     arguments: list[tuple[str, Source]] = list(decl.wiring.items())
@@ -172,12 +210,15 @@ def _plan_step(
                 f"input named {arg!r}; wire it with {arg}=Input(...), Result(...) or Value(...)",
                 **at,
             )
+    if decl.kind is StepKind.INLINE:
+        decl.check_hooks(where, **at)
     depends_on: list[str] = []
     for arg, source in arguments:
         if isinstance(source, Input) and source.name not in inputs.fields:
             raise DefinitionError(
                 f"{where}: argument {arg!r} reads Input({source.name!r}), but "
-                f"{cls.__qualname__} has no such input (inputs: {_names(inputs.fields)})",
+                f"{cls.__qualname__} has no such input ("
+                + (f"inputs: {_names(inputs.fields)})" if inputs.fields else "it has no inputs)"),
                 **at,
             )
         if isinstance(source, Result):

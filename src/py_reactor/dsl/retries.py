@@ -90,8 +90,16 @@ def retries(
     import, naming the option.
 
     Raises:
-        DefinitionError: an option is out of range, or the step already declares a policy.
+        DefinitionError: an option is out of range, the step already declares a policy, or
+            ``@retries`` was written without parentheses.
     """
+    if callable(max_attempts):
+        target = max_attempts
+        label = getattr(target, "label", None) or getattr(target, "__qualname__", None)
+        raise DefinitionError(
+            f"@retries was used without parentheses on {label or repr(target)}; "
+            "use `@retries(...)`, e.g. @retries(max_attempts=3) or @retries() for the defaults"
+        )
     policy = RetryPolicy(
         max_attempts=max_attempts,
         backoff=backoff,

@@ -9,7 +9,13 @@ from typing import TYPE_CHECKING, Any, ClassVar, overload
 
 from py_reactor.dsl._inputs import Inputs
 from py_reactor.dsl.contracts import Contract, contract_from_class, contract_from_function
-from py_reactor.dsl.declaration import COORDINATION_ATTRIBUTE, StepDeclaration, StepKind
+from py_reactor.dsl.declaration import (
+    COORDINATION_ATTRIBUTE,
+    ORIGINAL_ATTRIBUTE,
+    StepDeclaration,
+    StepKind,
+    bare_decorator,
+)
 from py_reactor.dsl.registry import register
 from py_reactor.dsl.sources import Input, Result, Source, Value
 from py_reactor.errors import DefinitionError
@@ -50,6 +56,9 @@ class Step:
                 f"uses ({', '.join(sorted(STEP_RESERVED))}); rename the input"
             )
         for attr, value in vars(cls).items():
+            bare = bare_decorator(value)
+            if bare is not None and bare[0] == attr:
+                raise DefinitionError(f"step class {cls.__qualname__}: {bare[1]}")
             declared = getattr(value, COORDINATION_ATTRIBUTE, None)
             if declared and callable(value):
                 raise DefinitionError(
@@ -113,7 +122,13 @@ def declare_class_step(
 def declare_inline_step(
     fn: Callable[..., Any], wiring: Mapping[str, Source], wait_for: tuple[str, ...]
 ) -> StepDeclaration:
-    """A declaration that runs the plain function ``fn`` with its arguments as keywords."""
+    """A declaration that runs the plain function ``fn`` with its arguments as keywords.
+
+    When ``fn`` is the wrapper a ``with_*`` put around a plain function, the step runs the
+    original function and takes the wrapper's declarations (the engine takes them, once).
+    """
+    carrier = fn
+    fn = getattr(fn, ORIGINAL_ATTRIBUTE, fn)
     if inspect.iscoroutinefunction(fn):
         raise DefinitionError(
             f"inline step {fn.__qualname__} is an async function; py_reactor steps are synchronous"
@@ -126,6 +141,7 @@ def declare_inline_step(
         accepts_extra=accepts_extra,
         wiring=wiring,
         wait_for=wait_for,
+        declared_on=carrier,
     )
     declaration.__doc__ = fn.__doc__
     return declaration
@@ -191,6 +207,7 @@ def step(
         # The decorator form: check the wiring once the function is known, so the message can
         # name it. A value that is not even a function still gets a clear message below.
         def decorate(fn: Any) -> StepDeclaration:
+            _refuse_bare(fn)
             label = getattr(fn, "__qualname__", None)
             where = "@step(...)" if label is None else f"@step(...) on {label}"
             return _build(
@@ -198,10 +215,23 @@ def step(
             )
 
         return decorate
+    _refuse_bare(target)
     owner = f"step({getattr(target, '__qualname__', target)!r})"
     return _build(
         target, owner, normalize_wiring(owner, wiring), normalize_wait_for(owner, wait_for)
     )
+
+
+def _refuse_bare(fn: object) -> None:
+    """Refuse ``@step`` above ``@with_lock`` written without parentheses, saying so."""
+    bare = bare_decorator(fn)
+    if bare is not None:
+        raise DefinitionError(bare[1])
+    if getattr(fn, "__py_reactor_decorator__", None) is not None:
+        raise DefinitionError(
+            f"@step above {fn!r}: that is the decorator itself, not a function; put it above "
+            "the step's def"
+        )
 
 
 def _build(
@@ -210,12 +240,6 @@ def _build(
     """The declaration for ``fn`` (a Step subclass or a function) with checked wiring."""
     if isinstance(fn, StepDeclaration):
         raise DefinitionError(f"{owner}: {fn!r} is already a step; apply @step once")
-    bare = getattr(fn, "__py_reactor_decorator__", None)
-    if bare is not None:
-        raise DefinitionError(
-            f"{owner}: @{bare} was applied without a key; write @{bare}('some-key', ...) or "
-            f"@{bare}(lambda args: ..., ...)"
-        )
     if isinstance(fn, type):
         if issubclass(fn, Step):
             return declare_class_step(fn, sources, waits)

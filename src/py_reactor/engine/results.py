@@ -6,6 +6,7 @@ outcome has ``value``, ``error`` and ``context`` so callers can read them withou
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, TypedDict
@@ -185,13 +186,14 @@ class FailureResult(Outcome):
 
     @property
     def message(self) -> str:
-        """A one-line account: where it failed and why."""
-        where = (
-            f"step {self.step_name!r} of {self.reactor_name}"
-            if self.step_name
-            else (self.reactor_name)
-        )
-        text = f"{where} failed: {self._error}"
+        """A one-line account: where it failed and why, naming the place once.
+
+        An error whose text already says where (``"reactor R, step 'pay': ..."`` from
+        coordination, ``"invalid inputs for R: ..."`` from validation) is not prefixed twice.
+        """
+        where = f"step {self.step_name!r} of {self.reactor_name}" if self.step_name else None
+        text = _without_location(str(self._error), self.reactor_name, self.step_name)
+        text = f"{where or self.reactor_name} failed: {text}"
         if self.rollback_failures:
             text += f" ({len(self.rollback_failures)} rollback failure(s))"
         return text
@@ -201,6 +203,22 @@ class FailureResult(Outcome):
             f"<FailureResult {self.reactor_name} step={self.step_name!r} error={self._error!r} "
             f"rollback_failures={len(self.rollback_failures)}>"
         )
+
+
+def _without_location(text: str, reactor: str, step: str | None) -> str:
+    """``text`` minus the reactor/step location it starts with or names in its first clause."""
+    where = f"step {step!r} of {reactor}" if step else reactor
+    prefixes = [f"reactor {reactor}, step {step!r}: ", f"{where}: "] if step else []
+    prefixes += [f"reactor {reactor}: ", f"{reactor}: "]
+    for prefix in prefixes:
+        if text.startswith(prefix):
+            return text[len(prefix) :]
+    head, colon, rest = text.partition(": ")
+    if colon:
+        located = re.sub(rf"\s+(?:for|of|in|on)\s+{re.escape(where)}$", "", head)
+        if located != head:
+            return f"{located}: {rest}"
+    return text
 
 
 def _name(context: Context) -> str:

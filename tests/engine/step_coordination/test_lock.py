@@ -689,7 +689,11 @@ def test_retries_do_apply_to_the_steps_own_failures(world: World, key: str) -> N
     assert len(rec.of(ev.LockReleased)) == 2
 
 
-@with_lock(lambda args: f"acct:{args['account']}")  # the argument is called account_id
+#: Read through a variable: a constant ``args['account']`` is refused at class definition.
+MISNAMED = "account"
+
+
+@with_lock(lambda args: f"acct:{args[MISNAMED]}")  # the argument is called account_id
 class MisnamedKey(Step):
     account_id: int
 
