@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from py_reactor.coordination import _options as opt
 from py_reactor.coordination._base import WAKE_PREFIX, Acquirable, Hold
-from py_reactor.coordination._extender import keep_alive
+from py_reactor.coordination._extender import keep_alive, remember
 from py_reactor.coordination._waiting import take_or_wait
 from py_reactor.coordination.owner import owner_or_new
 from py_reactor.coordination.store import Store, namespaced
@@ -113,6 +113,8 @@ class Lock(Acquirable["LockHold"]):
             # Every hold, not just the outermost: holds of one owner in several threads are
             # released in any order, and the last one standing must keep the key alive.
             keep_alive(hold, max(self.ttl / 3, 0.01))
+        else:
+            remember(hold, self.ttl)  # not extended, but given back at a clean exit
         return hold
 
     def _busy(self, wait: float) -> LockAcquisitionError:
