@@ -1,6 +1,6 @@
 """The py_reactor demo: book a trip as a saga, in this process, with no server.
 
-Three runs of one reactor show what the engine does:
+Five scenes show what the engine does:
 
 1. success, after the payment gateway times out once and the charge is retried;
 2. a declined card: the step fails and the completed bookings are rolled back, newest first;
@@ -10,6 +10,9 @@ Three runs of one reactor show what the engine does:
    starts by itself (no server to install), so it would hold across processes too;
 5. two travellers share one company card: a lock on the *charge step alone*, keyed on the
    card, serializes the two charges while both trips reserve flights and hotels at once.
+
+In parts 4 and 5 the lines about one lock are printed in fencing-token order (see ``Narrator``):
+each holder's "released" comes before the next holder's "taken", as it happened.
 
 Run it with ``python examples/demo.py``.
 """
@@ -24,6 +27,7 @@ from pydantic import Field
 
 from py_reactor import (
     Failure,
+    FailureResult,
     Input,
     Middleware,
     Reactor,
@@ -149,7 +153,19 @@ def say(line: str) -> None:
 
 
 class Narrator(Middleware):
-    """Prints what happens, as it happens."""
+    """Prints what happens, as it happens.
+
+    One care is needed to tell the truth about locks. ``on_lock_released`` is called just
+    *after* a release, and the release hands the lock straight to the waiting run, which may
+    report "taken" before the releasing run gets to report "released": two holders at once, on
+    paper. So the narrator prints a lock's lines in fencing-token order: a new holder's "taken"
+    waits until the previous holder's "released" is printed. It tells the true order, since
+    nobody can take a lock before its holder has let go of it.
+    """
+
+    def __init__(self) -> None:
+        self._shown_holder: dict[str, str] = {}  # key -> run whose "released" is not printed yet
+        self._lock_lines = threading.Condition()
 
     def on_step_completed(self, event: ev.StepCompleted) -> None:
         say(f"  ok    {event.step:<8} -> {event.value}")
@@ -169,11 +185,25 @@ class Narrator(Middleware):
     def on_lock_acquired(self, event: ev.LockAcquired) -> None:
         run = event.execution_id[:6]
         where = f" at step {event.step}" if event.step else ""
-        say(f"  lock  {event.key} taken by run {run}{where} (fencing token {event.fencing_token})")
+        with self._lock_lines:
+            # Another run still shown as the holder has let go already (we hold the lock now):
+            # wait, briefly, for its "released" line to be printed before printing ours.
+            self._lock_lines.wait_for(
+                lambda: self._shown_holder.get(event.key, event.execution_id) == event.execution_id,
+                timeout=5,
+            )
+            self._shown_holder[event.key] = event.execution_id
+            token = f"fencing token {event.fencing_token}"
+            say(f"  lock  {event.key} taken by run {run}{where} ({token})")
 
     def on_lock_released(self, event: ev.LockReleased) -> None:
-        # The release hands the lock straight to the waiting run, which may report first.
-        say(f"  lock  {event.key} released by run {event.execution_id[:6]}")
+        with self._lock_lines:
+            try:
+                say(f"  lock  {event.key} released by run {event.execution_id[:6]}")
+            finally:  # even if printing fails, the next holder must not wait for it
+                if self._shown_holder.get(event.key) == event.execution_id:
+                    del self._shown_holder[event.key]
+                self._lock_lines.notify_all()
 
 
 def _text(error: Any) -> str:
@@ -183,7 +213,7 @@ def _text(error: Any) -> str:
 def show(title: str, **inputs: Any) -> None:
     print(f"\n== {title}")
     outcome = BookTrip.run(**inputs)
-    if outcome.is_success:
+    if not isinstance(outcome, FailureResult):  # completed (BookTrip never halts)
         print(f"  => success: {outcome.value}")
     elif outcome.validation_errors:
         print("  => refused, nothing ran:")
@@ -220,7 +250,10 @@ def main() -> None:
         card=1234,
     )
 
-    print("\n== 4. Two agents book for Dee at once: a lock on the traveller serializes them")
+    print(
+        "\n== 4. Two agents book for Dee at once: a lock on the traveller serializes them"
+        "\n      (a lock's lines come in fencing-token order: each release before the next take)"
+    )
     both = [
         threading.Thread(
             target=BookTripOnePerTraveller.run,
