@@ -21,6 +21,7 @@ import redis
 
 from py_reactor import Lock, Step, configure
 from py_reactor.coordination.ordered_lock import OrderedLock
+from tests._holds import ordered_position
 from tests._overlap import OverlapRecorder
 from tests._redis import PrivateRedis
 from tests.concurrency import _reactors as r
@@ -258,7 +259,7 @@ def test_ordered_runs_pass_in_the_order_they_took_their_positions(
     ran_lock = threading.Lock()
 
     def note(occupy: Step) -> str:
-        position = occupy.context.private["ordered_position"]
+        position = ordered_position(occupy.context)
         with ran_lock:
             ran.append((int(position["epoch"]), int(position["number"])))
         time.sleep(0.005)  # a step that takes a moment: a later position must not slip in

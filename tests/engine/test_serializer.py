@@ -224,11 +224,11 @@ def test_failed_run_with_retries_and_rollback_round_trips_trace_types() -> None:
     ]
 
 
-def test_dumps_writes_schema_version_1_envelope() -> None:
-    """The JSON document is an object with schema_version 1 and the context under 'context'."""
+def test_dumps_writes_schema_version_2_envelope() -> None:
+    """The JSON document is an object with schema_version 2 and the context under 'context'."""
     document = _valid_document()
 
-    assert document["schema_version"] == 1
+    assert document["schema_version"] == 2
     assert set(document) == {"schema_version", "context"}
     assert document["context"]["status"] == "completed"
     assert document["context"]["results"]["label"] == "value=3"
@@ -280,19 +280,21 @@ def test_loads_refuses_a_missing_schema_version() -> None:
         loads_context(json.dumps(document))
 
 
-def test_loads_refuses_another_schema_version() -> None:
-    """schema_version 2 is refused, naming the version found and the one supported."""
+@pytest.mark.parametrize("version", [1, 3])
+def test_loads_refuses_another_schema_version(version: int) -> None:
+    """Another schema_version (the older 1, a newer 3) is refused, naming the version found
+    and the one supported."""
     document = _valid_document()
-    document["schema_version"] = 2
+    document["schema_version"] = version
 
-    with pytest.raises(SerializationError, match="schema_version 2") as info:
+    with pytest.raises(SerializationError, match=f"schema_version {version}") as info:
         loads_context(json.dumps(document))
-    assert "1" in str(info.value).split("schema_version 2", 1)[1]
+    assert "2" in str(info.value).split(f"schema_version {version}", 1)[1]
 
 
 @pytest.mark.parametrize("version", [True, "1", None, [1]])
-def test_loads_refuses_a_schema_version_that_is_not_the_integer_1(version: Any) -> None:
-    """A schema_version that is not exactly the integer 1 (true, "1", null, [1]) is refused."""
+def test_loads_refuses_a_schema_version_that_is_not_an_integer(version: Any) -> None:
+    """A schema_version that is not exactly an integer (true, "1", null, [1]) is refused."""
     document = _valid_document()
     document["schema_version"] = version
 

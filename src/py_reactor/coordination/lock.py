@@ -107,6 +107,18 @@ class Lock(Acquirable["LockHold"]):
             raise self._busy(wait)
         return self._held(store, owner, *taken)
 
+    def adopt(self, owner: str, token: int, count: int) -> LockHold | None:
+        """Take over a hold that ``owner`` still has (one round trip), e.g. after a park or in
+        another process; None if it lapsed (or was taken again) meanwhile.
+
+        Raises:
+            StoreUnavailableError: the store cannot be reached.
+        """
+        store = self.store
+        if not store.run_script("lock_extend", self._keys[:1], (owner, self._ttl_ms, int(token))):
+            return None
+        return self._held(store, owner, int(count), int(token))
+
     def _held(self, store: Store, owner: str, count: int, token: int) -> LockHold:
         hold = LockHold(self, store, owner, int(token), int(count))
         if self.auto_extend:

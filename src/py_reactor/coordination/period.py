@@ -150,6 +150,8 @@ class Period(UsesStore):
     On exit the bucket is marked done only if the claim was due and the block raised nothing.
     """
 
+    primitive = "period"
+
     def __init__(
         self,
         key: str,

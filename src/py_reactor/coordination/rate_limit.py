@@ -60,6 +60,8 @@ class RateLimit(UsesStore):
             charge()
     """
 
+    primitive = "rate_limit"
+
     def __init__(
         self,
         key: str,

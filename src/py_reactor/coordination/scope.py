@@ -1,6 +1,9 @@
 """Take an execution's declared primitives in the fixed order; release them in reverse.
 
-One mechanism for reactor-level and step-level declarations. The order::
+One mechanism for reactor-level and step-level declarations, driven through the gate protocol
+(``coordination.gates``) with no branch per primitive. What a scope takes is written to the
+execution's ledger (``coordination.holds``) as it is taken, so a scope built again later — after
+a park, or in another process — finds and adopts its own holds. The order::
 
     1. ordered lock  wait for this position's turn (nothing else is held while waiting)
     2. period        fast check: already done in this bucket -> stop before taking anything
@@ -15,7 +18,6 @@ Release runs in reverse on every outcome; the period is marked only on a plain s
 
 from __future__ import annotations
 
-import contextlib
 import enum
 import logging
 from collections.abc import Callable, Mapping
@@ -23,14 +25,28 @@ from types import MappingProxyType
 from typing import Any
 
 from py_reactor.coordination.declarations import ORDER, Declaration
+from py_reactor.coordination.gates import Busy, Entered, Gate, gate_for
+from py_reactor.coordination.holds import HELD, HoldRecord, Ledger
 from py_reactor.errors import CoordinationError, CoordinationKeyError
 
-__all__ = ["Admission", "Scope", "compute_key"]
+__all__ = ["STAGES", "Admission", "Scope", "compute_key"]
 
 logger = logging.getLogger("py_reactor")
 
 #: ``emit(event_name, key, **fields)``: how a scope reports acquisitions to the engine.
 Emit = Callable[..., None]
+
+#: The fixed order as (primitive, stage): ``check`` looks before anything is taken, ``enter``
+#: takes. The period is looked at early (stop before taking anything) and claimed under the
+#: lock and semaphore (exactly one run per bucket is due).
+STAGES = (
+    ("ordered_lock", "enter"),
+    ("period", "check"),
+    ("lock", "enter"),
+    ("semaphore", "enter"),
+    ("period", "enter"),
+    ("rate_limit", "enter"),
+)
 
 
 class Admission(enum.Enum):
@@ -76,28 +92,27 @@ class Scope:
     Args:
         declarations: ``{"lock": LockDeclaration, ...}`` as found on ``.coordination``.
         values: what key functions receive (validated inputs or resolved arguments).
-        reactor: the reactor's name; ``step`` the step's (None: reactor-level), for errors.
-        private: the execution's private dict: ``held_keys`` (registry of held keys, one entry
-            per hold, ``<primitive>:<key>``) and ``ordered_position``
-            (``ordered_position:<step>`` at step level), reused when the execution comes back
-            to the same gate. At reactor level
-            ``rate_limited`` makes sure an execution is charged once; a step is charged on
-            every attempt of its work.
+        reactor: the reactor's name; ``step`` the step's (None: reactor-level), for errors
+            and for the records' ``step``.
+        ledger: the execution tree's hold records; what this scope takes is added to it, and
+            a scope built again with the same ``holder`` adopts what it finds there.
+        holder: names this scope in the ledger: ``"<execution id>:<step>"``.
         emit: reports acquisitions and releases (``lock.acquired``...) to middleware.
+        wait: overrides every declaration's ``wait`` (0: answer busy at once, as a worker that
+            parks instead of waiting does).
     """
 
     __slots__ = (
-        "_charged",
-        "_held",
+        "_gates",
         "_keys",
-        "_primitives",
-        "_slot",
         "_taking",
         "declarations",
         "emit",
-        "private",
+        "holder",
+        "ledger",
         "reactor",
         "step",
+        "wait",
         "where",
     )
 
@@ -108,17 +123,19 @@ class Scope:
         *,
         reactor: str,
         step: str | None = None,
-        private: dict[str, Any],
+        ledger: Ledger,
+        holder: str,
         emit: Emit | None = None,
+        wait: float | None = None,
     ) -> None:
         self.declarations = declarations
         self.reactor = reactor
         self.step = step
         self.where = f"reactor {reactor}" if step is None else f"reactor {reactor}, step {step!r}"
-        self.private = private
+        self.ledger = ledger
+        self.holder = holder
         self.emit = emit
-        self._slot = "ordered_position" if step is None else f"ordered_position:{step}"
-        self._charged = "rate_limited" if step is None else None
+        self.wait = wait
         self._keys: dict[str, str] = {}
         for name in ORDER:
             if name in declarations:
@@ -127,8 +144,9 @@ class Scope:
                 except CoordinationError as exc:
                     self._locate(exc)
                     raise
-        self._primitives = {name: declarations[name].make(key) for name, key in self._keys.items()}
-        self._held: list[tuple[str, Any]] = []
+        self._gates: dict[str, Gate] = {
+            name: gate_for(declarations[name].make(key)) for name, key in self._keys.items()
+        }
         self._taking: str | None = None  # the primitive being taken, to locate store errors
 
     @property
@@ -136,8 +154,20 @@ class Scope:
         """The key of each declared primitive."""
         return MappingProxyType(self._keys)
 
-    def enter(self) -> Admission:
-        """Take everything in order; on any error, release what was taken and re-raise.
+    @property
+    def gates(self) -> Mapping[str, Gate]:
+        """The gate of each declared primitive."""
+        return MappingProxyType(self._gates)
+
+    def records(self) -> list[HoldRecord]:
+        """What this scope holds now (its records in the ledger), oldest first."""
+        return [r for r in self.ledger.of(self.holder) if r.primitive in self._gates]
+
+    def enter(self, *, parking: bool = False) -> Admission:
+        """Take everything in order, adopting what this scope already holds.
+
+        On any error what was taken is released (as a failure) and the error re-raised; with
+        ``parking`` what the scope keeps across a park (its ordered position) stays.
 
         Raises:
             CoordinationError: contention, a refused rate limit, or an unreachable store.
@@ -145,12 +175,18 @@ class Scope:
         try:
             return self._enter()
         except CoordinationError as exc:
-            self.exit(succeeded=False, failed=True)
+            self._give_back(parking)
             self._locate(exc)
             raise
         except BaseException:
-            self.exit(succeeded=False, failed=True)
+            self._give_back(parking)
             raise
+
+    def _give_back(self, parking: bool) -> None:
+        if parking:
+            self.park()
+        else:
+            self.exit(succeeded=False, failed=True)
 
     def _locate(self, exc: CoordinationError) -> CoordinationError:
         """``exc`` with this scope's reactor and step filled in and named in its message."""
@@ -166,98 +202,53 @@ class Scope:
                 exc.args = (exc.message,)
         return exc
 
+    def _enclosed(self, gate: Gate) -> bool:
+        """Whether an enclosing scope of the tree holds ``gate``'s entry (re-entered by ledger)."""
+        return gate.by_ledger and any(
+            r.entry == gate.entry and r.state == HELD and r.holder != self.holder
+            for r in self.ledger
+        )
+
     def _enter(self) -> Admission:
-        prims = self._primitives
-        ordered = prims.get("ordered_lock")
-        if ordered is not None and not self._holding("ordered_lock"):
-            self._taking = "ordered_lock"
-            position = self._position(ordered)
-            try:
-                turn = ordered.wait_turn(position)
-            except BaseException:
-                self.private.pop(self._slot, None)
-                with contextlib.suppress(Exception):  # else it is skipped after the poison pill
-                    ordered.abandon(position)  # so later positions need not wait for it
-                raise
-            self._note("ordered_lock", turn)
-            if turn.short_circuit:
-                return Admission.ORDERED_SHORT_CIRCUIT
-        period = prims.get("period")
-        if period is not None and self._holding("period"):
-            period = None  # an enclosing run of this execution holds the claim: re-entrant
-        if period is not None:
-            self._taking = "period"
-            if period.is_done():
-                return Admission.PERIOD_DONE
-        lock = prims.get("lock")
-        if lock is not None:
-            hold = self._take("lock", lock)
-            self._report("lock.acquired", "lock", fencing_token=hold.fencing_token)
-        semaphore = prims.get("semaphore")
-        if semaphore is not None:
-            self._take("semaphore", semaphore)
-            self._report("semaphore.acquired", "semaphore")
-        if period is not None:
-            self._taking = "period"
-            claim = period.claim()
-            if not claim.due:
-                return Admission.PERIOD_DONE
-            self._note("period", claim)
-        rate = prims.get("rate_limit")
-        if rate is not None and not (self._charged and self.private.get(self._charged)):
-            self._taking = "rate_limit"
-            rate.acquire()
-            if self._charged:
-                self.private[self._charged] = True
+        passed: set[str] = set()  # re-entered through an enclosing hold: nothing to take
+        for name, stage in STAGES:
+            gate = self._gates.get(name)
+            if gate is None or name in passed:
+                continue
+            self._taking = name
+            if self._enclosed(gate):
+                passed.add(name)
+                continue
+            mine = self.ledger.find(self.holder, name)
+            if stage == "check":
+                skip = None if mine is not None else gate.check()
+                if skip is not None:
+                    return Admission(skip.reason)
+                continue
+            answer = gate.enter(mine, owner=None, wait=self._wait(name))
+            record = answer.record
+            if record is not mine:
+                if mine is not None:  # it lapsed meanwhile: the gate's answer replaces it
+                    self.ledger.remove(mine)
+                if record is not None:
+                    record.holder, record.step = self.holder, self.step
+                    self.ledger.add(record)
+            if isinstance(answer, Busy):
+                self._report(f"{name}.acquisition_failed", name, error=answer.error)
+                raise answer.error
+            if not isinstance(answer, Entered):
+                return Admission(answer.reason)
+            if answer.fresh:
+                self._report(f"{name}.acquired", name, **answer.fields)
         return Admission.PROCEED
 
-    def _position(self, ordered: Any) -> Any:
-        from py_reactor.coordination.ordered_lock import Position
-
-        saved = self.private.get(self._slot)
-        if saved is not None:
-            return Position(**saved)
-        position = ordered.take_position()
-        self.private[self._slot] = {
-            "key": position.key,
-            "epoch": position.epoch,
-            "number": position.number,
-        }
-        return position
-
-    def _take(self, name: str, primitive: Any) -> Any:
-        self._taking = name
-        try:
-            hold = primitive.acquire()
-        except CoordinationError as exc:
-            if exc.primitive == name:
-                self._report(f"{name}.acquisition_failed", name, error=exc)
-            raise
-        self._note(name, hold)
-        return hold
-
-    def _holding(self, name: str) -> bool:
-        """Whether this execution tree already holds ``name`` on this scope's key."""
-        return self._entry(name) in self.private.get("held_keys", ())
-
-    def _entry(self, name: str) -> str:
-        """How a hold of ``name`` is listed in ``held_keys``: ``lock:<key>``, ...
-
-        A period entry also names its bucket size (``period:<key>@day``): a nested run
-        re-enters an enclosing claim only for the same period, never a daily one inside an
-        hourly one.
-        """
-        if name == "period":
-            return f"period:{self._keys[name]}@{self._primitives[name].every}"
-        return f"{name}:{self._keys[name]}"
-
-    def _note(self, name: str, hold: Any) -> None:
-        """Remember ``hold`` for release, and list it in the execution's held-key registry."""
-        self._held.append((name, hold))
-        self.private.setdefault("held_keys", []).append(self._entry(name))
+    def _wait(self, name: str) -> float | None:
+        if self.wait is not None:
+            return self.wait
+        return getattr(self.declarations[name], "wait", None)
 
     def exit(self, *, succeeded: bool, failed: bool) -> None:
-        """Release every hold in reverse order.
+        """Release every hold of this scope in reverse order.
 
         Args:
             succeeded: the work ended in a plain success: mark the period.
@@ -266,27 +257,36 @@ class Scope:
         A release that fails (store unreachable) is logged; the hold then lapses by its ttl. An
         interrupt (KeyboardInterrupt) during one release is re-raised after the others.
         """
+        self._release(self.records(), succeeded=succeeded, failed=failed)
+
+    def park(self) -> None:
+        """Give back what this scope took, except what it keeps across a park (its ordered
+        position), so that a parked execution blocks nobody on this scope's other keys."""
+        given = [r for r in self.records() if not self._gates[r.primitive].kept_across_park]
+        self._release(given, succeeded=False, failed=False)
+        for record in self.records():
+            self._gates[record.primitive].detach(record)
+
+    def detach(self) -> None:
+        """Keep every hold of this scope in the ledger but stop extending it here (a park of
+        work nested inside this scope: the ttl covers the gap, and a lapsed hold is taken
+        again on resume)."""
+        for record in self.records():
+            self._gates[record.primitive].detach(record)
+
+    def _release(self, records: list[HoldRecord], *, succeeded: bool, failed: bool) -> None:
         interrupted: BaseException | None = None
-        while self._held:
-            name, hold = self._held.pop()
-            held = self.private.get("held_keys", [])
-            entry = self._entry(name)
-            if entry in held:
-                held.remove(entry)  # one occurrence: an enclosing hold of the same key stays
+        for record in reversed(records):
+            self.ledger.remove(record)
+            name = record.primitive
             try:
-                if name == "period":
-                    hold.release(mark=succeeded)
-                elif name == "ordered_lock":
-                    hold.release(failed=failed)
-                    self.private.pop(self._slot, None)
-                else:
-                    hold.release()
-                    self._report(f"{name}.released", name, lost=hold.lost)
+                lost = self._gates[name].exit(record, succeeded=succeeded, failed=failed)
+                self._report(f"{name}.released", name, lost=lost)
             except Exception:
                 logger.exception(
                     "py_reactor: releasing %s %r for %s failed; it lapses by its ttl",
                     name,
-                    self._keys.get(name),
+                    record.key,
                     self.where,
                 )
             except BaseException as exc:
@@ -295,11 +295,12 @@ class Scope:
             raise interrupted
 
     def refresh(self) -> bool:
-        """Extend the lock and semaphore held now; False if one of them was already lost."""
+        """Extend the exclusive holds (lock, semaphore) held now; False if one was lost."""
         alive = True
-        for name, hold in self._held:
-            if name in ("lock", "semaphore"):
-                alive = hold.extend() and alive
+        for record in self.records():
+            gate = self._gates[record.primitive]
+            if gate.exclusive:
+                alive = gate.extend(record) and alive
         return alive
 
     def _report(self, event: str, name: str, **fields: Any) -> None:

@@ -102,6 +102,20 @@ class Semaphore(Acquirable["SemaphoreHold"]):
         keep_alive(hold, max(self.lease / 3, 0.01))  # every hold: they may end in any order
         return hold
 
+    def adopt(self, owner: str, count: int) -> SemaphoreHold | None:
+        """Take over the slot ``owner`` still has (one round trip), e.g. after a park or in
+        another process; None if its lease lapsed meanwhile.
+
+        Raises:
+            StoreUnavailableError: the store cannot be reached.
+        """
+        store = self.store
+        if not store.run_script("semaphore_extend", self._keys[:2], (owner, self._lease_ms)):
+            return None
+        hold = SemaphoreHold(self, store, owner, int(count))
+        keep_alive(hold, max(self.lease / 3, 0.01))
+        return hold
+
     def state(self) -> SemaphoreState:
         """How many owners hold a live slot, and how many wait (one read-only round trip)."""
         held, waiters = self.store.run_script("semaphore_state", (self._keys[0], self._keys[2]), ())

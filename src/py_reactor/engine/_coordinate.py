@@ -39,7 +39,9 @@ def emitter(run: Run, step: str | None) -> Callable[..., None] | None:
         return None
 
     def emit(event: str, key: str, **fields: Any) -> None:
-        run.emit(_EVENTS[event], step, key=key, **fields)
+        kind = _EVENTS.get(event)  # only lock and semaphore have events (so far)
+        if kind is not None:
+            run.emit(kind, step, key=key, **fields)
 
     return emit
 
@@ -66,7 +68,8 @@ class StepGate:
                 values,
                 reactor=run.reactor_name,
                 step=step,
-                private=run.context.private,
+                ledger=run.context.holds,
+                holder=run.context.holder(step),
                 emit=emitter(run, step),
             )
 
@@ -146,6 +149,8 @@ def rollback_scope(
         values,
         reactor=run.reactor_name,
         step=step,
-        private=run.context.private,
+        ledger=run.context.holds,
+        # Apart from the step's own holds: a failed step's kept holds are released on their own.
+        holder=run.context.holder(step) + "/rollback",
         emit=emitter(run, step),
     )

@@ -60,19 +60,24 @@ def rollback(
 
 
 def undo_completed(run: Run, declarations: Mapping[str, StepDeclaration]) -> None:
-    """Undo every completed step of ``run``, newest first, popping each from the context."""
+    """Undo every completed step of ``run``, newest first.
+
+    A step leaves ``completed`` (and its result leaves ``results``) only once its undo has
+    run, so a rollback interrupted midway and resumed from the stored context undoes exactly
+    the steps not yet undone.
+    """
     context = run.context
     while context.completed:
-        name = context.completed.pop()
+        name = context.completed[-1]
         decl = declarations[name]
         if decl.kind is StepKind.REACTOR:
             _undo_child(run, name, decl)
-            continue
-        if not defines(decl, "undo"):
-            continue
-        values = context.arguments.get(name, {})
-        unit = make_unit(decl, name, values, run)
-        _call(run, "undo", name, partial(unit.undo, context.results.get(name)), decl, values)
+        elif defines(decl, "undo"):
+            values = context.arguments.get(name, {})
+            unit = make_unit(decl, name, values, run)
+            _call(run, "undo", name, partial(unit.undo, context.results.get(name)), decl, values)
+        context.completed.pop()
+        context.results.pop(name, None)
 
 
 def _undo_child(run: Run, name: str, decl: StepDeclaration) -> None:

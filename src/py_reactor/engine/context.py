@@ -15,6 +15,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
+from py_reactor.coordination.holds import Ledger
 from py_reactor.coordination.owner import bind_owner, running_owner, unbind_owner
 
 __all__ = ["Context", "Status", "new_id", "running", "running_context"]
@@ -86,6 +87,8 @@ class Context:
         trace: one entry per thing that happened (run, skip, retry, failure, compensate, undo).
         private: bookkeeping for the library's own features; JSON-serializable.
         children: contexts of composed child reactors, by step name.
+        holds: the ledger of what the execution tree holds (one per tree: a child shares its
+            root's), as records a process that loads this context can extend, adopt or release.
     """
 
     reactor: str
@@ -100,6 +103,7 @@ class Context:
     trace: list[dict[str, Any]] = field(default_factory=list)
     private: dict[str, Any] = field(default_factory=dict)
     children: dict[str, Context] = field(default_factory=dict)
+    holds: Ledger = field(default_factory=Ledger)
 
     def __post_init__(self) -> None:
         if not self.root_id:
@@ -109,22 +113,28 @@ class Context:
     def held_keys(self) -> list[str]:
         """What the execution tree holds right now, one entry per hold (``"lock:<key>"``, ...).
 
-        Shared by composed children and nested runs; empty when nothing is held.
+        A view of ``holds``, shared by composed children and nested runs; empty when nothing
+        is held.
         """
-        held: list[str] = self.private.setdefault("held_keys", [])
-        return held
+        return self.holds.held_keys
+
+    def holder(self, step: str | None) -> str:
+        """How the ledger names the scope of ``step`` (None: this reactor's own) here."""
+        return f"{self.execution_id}:{step or ''}"
 
     def child(self, reactor: str, inputs: dict[str, Any]) -> Context:
         """A context for work nested in this execution: same root, this one as parent.
 
-        The child shares this execution's registry of held coordination keys
-        (``private["held_keys"]``), so holds taken anywhere in the tree are visible to all of it.
+        The child shares this execution's ledger of holds, so holds taken anywhere in the tree
+        are visible to all of it.
         """
-        child = Context(
-            reactor=reactor, inputs=inputs, root_id=self.root_id, parent_id=self.execution_id
+        return Context(
+            reactor=reactor,
+            inputs=inputs,
+            root_id=self.root_id,
+            parent_id=self.execution_id,
+            holds=self.holds,
         )
-        child.private["held_keys"] = self.private.setdefault("held_keys", [])
-        return child
 
     def __repr__(self) -> str:
         return (

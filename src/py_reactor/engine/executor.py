@@ -91,7 +91,8 @@ def _coordinated(cls: type[Reactor], run: Run) -> Outcome:
             cls.coordination,
             context.inputs,
             reactor=run.reactor_name,
-            private=context.private,
+            ledger=context.holds,
+            holder=context.holder(None),
             emit=emitter(run, None),
         )
         admission = scope.enter()

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from py_reactor.config import get_config
+from py_reactor.coordination.holds import Ledger
 from py_reactor.coordination.owner import new_owner
 from py_reactor.dsl.declaration import StepDeclaration
 from py_reactor.engine._run import Run, StepFailure
@@ -54,12 +55,12 @@ def invoke_declaration(
     if here is not None:
         # Synchronous work of the execution this thread runs: its owner and its registry,
         # whatever ``context=`` says for the trace (never another thread's registry).
-        own.private["held_keys"] = here.held_keys
+        own.holds = here.holds
     elif context is not None:
         # ``context=`` of an execution this thread is not running: traced as part of it, but
         # ownership never crosses threads, so its holds are its own, in a registry of its own.
         owner = new_owner()
-        own.private["held_keys"] = []
+        own.holds = Ledger()
     with running(own, owner=owner):
         return _run(run, name, decl, raw)
 

@@ -15,6 +15,7 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
+from py_reactor.coordination.holds import Ledger
 from py_reactor.engine.context import Context, Status
 from py_reactor.errors import SerializationError
 
@@ -26,8 +27,23 @@ __all__ = [
     "loads_context",
 ]
 
-#: The version written by this release; also the only one it reads.
-SCHEMA_VERSION = 1
+#: The version written by this release; also the only one it reads. (2: the hold ledger.)
+SCHEMA_VERSION = 2
+
+
+class _HoldPayload(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    id: str
+    primitive: str
+    key: str
+    owner: str
+    holder: str
+    step: str | None
+    entry: str
+    state: str
+    data: dict[str, Any]
+    taken_at: Annotated[float, Field(strict=False)]
 
 
 class _ContextPayload(BaseModel):
@@ -45,14 +61,23 @@ class _ContextPayload(BaseModel):
     trace: list[dict[str, Any]]
     private: dict[str, Any]
     children: dict[str, _ContextPayload]
+    holds: list[_HoldPayload] | None = None  # written with the root context only: one per tree
 
 
 def context_to_dict(context: Context) -> dict[str, Any]:
     """The JSON-ready form of ``context`` (without the schema version envelope).
 
+    The hold ledger is written once, with ``context``; its children share it.
+
     Raises:
         SerializationError: an input, result, argument or private value is not representable.
     """
+    body = _body(context)
+    body["holds"] = _strict(context.holds.to_list(), "the hold ledger", context)
+    return body
+
+
+def _body(context: Context) -> dict[str, Any]:
     return {
         "reactor": context.reactor,
         "execution_id": context.execution_id,
@@ -70,7 +95,7 @@ def context_to_dict(context: Context) -> dict[str, Any]:
         "completed": list(context.completed),
         "trace": to_jsonable_python(context.trace, fallback=repr),
         "private": _strict(context.private, "private data", context),
-        "children": {k: context_to_dict(v) for k, v in context.children.items()},
+        "children": {k: _body(v) for k, v in context.children.items()},
     }
 
 
@@ -87,7 +112,8 @@ def context_from_dict(data: Any) -> Context:
             f"{'.'.join(map(str, e['loc'])) or '<root>'}: {e['msg']}" for e in exc.errors()
         )
         raise SerializationError(f"not a valid py_reactor context: {problems}") from None
-    return _build(payload)
+    holds = Ledger.from_list([h.model_dump() for h in payload.holds or []])
+    return _build(payload, holds)
 
 
 def dumps_context(context: Context) -> str:
@@ -135,7 +161,7 @@ def _strict(value: Any, what: str, context: Context) -> Any:
         ) from None
 
 
-def _build(payload: _ContextPayload) -> Context:
+def _build(payload: _ContextPayload, holds: Ledger) -> Context:
     return Context(
         reactor=payload.reactor,
         inputs=payload.inputs,
@@ -148,5 +174,6 @@ def _build(payload: _ContextPayload) -> Context:
         completed=payload.completed,
         trace=payload.trace,
         private=payload.private,
-        children={k: _build(v) for k, v in payload.children.items()},
+        children={k: _build(v, holds) for k, v in payload.children.items()},
+        holds=holds,
     )

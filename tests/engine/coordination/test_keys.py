@@ -91,7 +91,7 @@ def test_a_bad_key_fails_the_run_before_any_work(
     assert outcome.reactor_name == reactor.__name__
     assert ran == []
     assert rec.of(ev.LockAcquired) == []
-    assert outcome.context.private.get("held_keys", []) == []
+    assert outcome.context.held_keys == []
     assert lock_is_free(key)
 
 

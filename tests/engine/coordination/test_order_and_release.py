@@ -28,6 +28,7 @@ from py_reactor.errors import (
     SemaphoreAcquisitionError,
 )
 from py_reactor.observability import events as ev
+from tests._holds import ordered_position, ordered_positions
 from tests.engine.coordination._helpers import (
     BEHAVIOUR,
     FourPrimitives,
@@ -112,7 +113,7 @@ def test_every_primitive_is_held_by_the_run_while_its_step_runs(key: str, raw: r
         seen["period_done"] = Period(key, every="day").is_done()
         seen["rate"] = RateLimit(key, limit=5, period="minute").usage()
         seen["root"] = probe.context.root_id
-        seen["held_keys"] = list(probe.context.private.get("held_keys", []))
+        seen["held_keys"] = list(probe.context.held_keys)
         return "looked"
 
     BEHAVIOUR[key] = look
@@ -132,7 +133,7 @@ def test_every_primitive_is_held_by_the_run_while_its_step_runs(key: str, raw: r
     assert raw.keys(f"py_reactor:period:{key}:claim:*") == []
     assert Period(key, every="day").is_done() is True
     assert RateLimit(key, limit=5, period="minute").usage() == {60: 1}
-    assert outcome.context.private.get("held_keys") == []
+    assert outcome.context.held_keys == []
 
 
 def test_a_busy_lock_does_not_spend_the_rate_limit(key: str, raw: redis.Redis) -> None:
@@ -215,7 +216,7 @@ def test_the_ordered_lock_gate_comes_before_the_lock(key: str, raw: redis.Redis)
     reactor = ordered_reactors()["locked"]
     seen: list[Any] = []
     BEHAVIOUR[key] = lambda probe: seen.append(
-        (Lock(key).state().owner, dict(probe.context.private["ordered_position"]))
+        (Lock(key).state().owner, ordered_position(probe.context))
     )
     sequence = OrderedLock(key, ttl=60, poison_pill_timeout=600, strict=True, wait=None)
     first = sequence.take_position()
@@ -234,7 +235,7 @@ def test_the_ordered_lock_gate_comes_before_the_lock(key: str, raw: redis.Redis)
     assert owner == outcome.context.root_id
     assert position["number"] == 2
     assert position["key"] == key
-    assert "ordered_position" not in outcome.context.private
+    assert ordered_positions(outcome.context) == []
     assert lock_is_free(key)
 
 
@@ -261,7 +262,7 @@ def test_holds_are_released_in_reverse_whatever_the_outcome(
     assert rec.names("lock.", "semaphore.")[-2:] == ["semaphore.released", "lock.released"]
     assert lock_is_free(key)
     assert semaphore_is_free(key)
-    assert outcome.context.private.get("held_keys") == []
+    assert outcome.context.held_keys == []
 
 
 def test_holds_are_released_when_a_step_raises_keyboard_interrupt(key: str) -> None:

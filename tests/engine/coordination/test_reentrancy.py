@@ -101,7 +101,7 @@ def test_holds_belong_to_the_root_execution(key: str) -> None:
     def look(probe: Step) -> str:
         state = Lock(key).state()
         seen.update(owner=state.owner, count=state.count, token=state.fencing_token)
-        seen["held_keys"] = list(probe.context.private["held_keys"])
+        seen["held_keys"] = list(probe.context.held_keys)
         return "ok"
 
     BEHAVIOUR[key] = look
@@ -115,7 +115,7 @@ def test_holds_belong_to_the_root_execution(key: str) -> None:
     released = rec.of(ev.LockReleased)
     assert [(e.key, e.fencing_token) for e in acquired] == [(key, seen["token"])]
     assert [e.key for e in released] == [key]
-    assert outcome.context.private["held_keys"] == []
+    assert outcome.context.held_keys == []
 
 
 def test_fencing_tokens_increase_from_run_to_run(key: str) -> None:
@@ -139,7 +139,7 @@ def test_a_composed_child_re_enters_its_parents_lock(key: str) -> None:
     def inside_child(probe: Step) -> str:
         state = Lock(key).state()
         seen.update(owner=state.owner, count=state.count, root=probe.context.root_id)
-        seen["held_keys"] = list(probe.context.private.get("held_keys", []))
+        seen["held_keys"] = list(probe.context.held_keys)
         entered.set()
         assert checked.wait(10)
         return "child done"
@@ -162,8 +162,8 @@ def test_a_composed_child_re_enters_its_parents_lock(key: str) -> None:
     assert seen["held_keys"].count(f"lock:{key}") == 2  # one entry per hold: parent, child
     # After the child ended, the parent still held the key (count 1), as its own owner.
     assert outcome.value == {"owner": outcome.execution_id, "count": 1}
-    assert outcome.context.private["held_keys"] == []
-    assert outcome.context.children["child"].private.get("held_keys", []) == []
+    assert outcome.context.held_keys == []
+    assert outcome.context.children["child"].held_keys == []
     assert rec.names("lock.") == [
         "lock.acquired",
         "lock.acquired",
@@ -181,7 +181,7 @@ def test_a_composed_child_re_enters_its_parents_semaphore_slot(key: str) -> None
 
     def look(probe: Step) -> str:
         seen["held"] = Semaphore(key, limit=1).state().held
-        seen["held_keys"] = list(probe.context.private.get("held_keys", []))
+        seen["held_keys"] = list(probe.context.held_keys)
         return "ok"
 
     BEHAVIOUR[key] = look
@@ -190,7 +190,7 @@ def test_a_composed_child_re_enters_its_parents_semaphore_slot(key: str) -> None
     assert seen["held"] == 1
     assert seen["held_keys"].count(f"semaphore:{key}") == 2
     assert semaphore_is_free(key)
-    assert outcome.context.private["held_keys"] == []
+    assert outcome.context.held_keys == []
 
 
 def test_a_composed_child_shares_its_parents_period(key: str) -> None:

@@ -165,7 +165,7 @@ class HeldKeys(Step):
     key: str
 
     def run(self) -> list[str]:
-        return list(self.context.private.get("held_keys", []))
+        return list(self.context.held_keys)
 
 
 @with_lock(by_key)
@@ -474,7 +474,7 @@ def test_a_composed_child_declares_nothing_its_own_run_takes_its_lock(key: str) 
     outcome = ComposesLockedChild.run(key=key)
     assert outcome.is_success, outcome
     assert outcome.value == [f"lock:{key}"]  # held exactly once: by the child's own run
-    assert outcome.context.private.get("held_keys", []) == []
+    assert outcome.context.held_keys == []
 
 
 def test_a_step_that_declares_nothing_makes_no_redis_call(redis_url: str, key: str) -> None:

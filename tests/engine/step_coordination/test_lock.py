@@ -120,7 +120,7 @@ def free_for_another(key: str) -> bool:
 
 def held_keys(unit: Step) -> list[str]:
     """The execution's registry of held keys, as the step body sees it."""
-    return list(unit.context.private.get("held_keys", []))
+    return list(unit.context.held_keys)
 
 
 # -- steps and reactors ------------------------------------------------------------------------

@@ -42,6 +42,7 @@ from py_reactor import (
 )
 from py_reactor.errors import CoordinationError, RateLimitExceededError
 from py_reactor.observability import events as ev
+from tests._holds import ordered_position
 from tests._overlap import OverlapRecorder
 from tests.engine.coordination._helpers import lock_is_free, recorder, wait_until
 
@@ -313,7 +314,7 @@ class SequencedWithUndo(Step):
 
     def undo(self, result: Any) -> None:
         key = self.inputs.key
-        held = list(self.context.private.get("held_keys", []))
+        held = list(self.context.held_keys)
         state = OrderedLock(f"seq-{key}").state()
         undone.append((key, "ordered", repr((held, state.in_flight))))
 
@@ -356,13 +357,13 @@ def test_a_step_semaphore_is_listed_in_held_keys_while_the_body_runs(key: str) -
     """The body sees ``semaphore:<key>`` in the execution's held keys; it is gone afterwards."""
 
     def body(unit: Step) -> list[str]:
-        return list(unit.context.private.get("held_keys", []))
+        return list(unit.context.held_keys)
 
     BEHAVIOUR[(key, "slotted")] = body
     outcome = SemaphoreRun.run(key=key)
     assert outcome.is_success, outcome
     assert outcome.value == [f"semaphore:{key}"]
-    assert outcome.context.private.get("held_keys", []) == []
+    assert outcome.context.held_keys == []
 
 
 # -- rate limit --------------------------------------------------------------------------------
@@ -541,7 +542,7 @@ def test_a_run_skipped_by_the_period_recheck_under_the_lock_releases_the_lock(
         "period",
     )
     assert runs_of(key, "hourly") == ["A"]
-    assert skipped.context.private.get("held_keys", []) == []
+    assert skipped.context.held_keys == []
     assert lock_is_free(key)
 
 
@@ -638,7 +639,7 @@ def test_ordered_step_bodies_pass_one_at_a_time_in_arrival_order(
 
     def body(unit: Step) -> str:
         label = unit.inputs.label
-        positions[label] = unit.context.private["ordered_position:ordered"]["number"]
+        positions[label] = ordered_position(unit.context, "ordered")["number"]
         with overlap.inside(label):
             time.sleep(random.uniform(0, 0.2))
         return str(label)
@@ -722,7 +723,8 @@ def test_a_strict_ordered_step_is_skipped_after_an_earlier_failure(key: str) -> 
         assert skipped["reason"] == "ordered_lock"
         assert outcome.results["ordered"] is None
     assert runs_of(key, "ordered") == ["A"]
-    assert runs_of(key, "tail") == ["B", "C"]
+    # "tail" is not ordered: B's and C's may run in either order once they passed the gate.
+    assert sorted(runs_of(key, "tail")) == ["B", "C"]
 
 
 def test_a_lenient_ordered_step_runs_every_position(key: str) -> None:

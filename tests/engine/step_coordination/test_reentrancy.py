@@ -83,7 +83,7 @@ def look(unit: Step, key: str | None = None) -> dict[str, Any]:
     seen: dict[str, Any] = {
         "owner": state.owner,
         "count": state.count,
-        "held_keys": list(unit.context.private.get("held_keys", [])),
+        "held_keys": list(unit.context.held_keys),
         "shut_out": shut_out(key),
         "root": unit.context.root_id,
     }
@@ -345,7 +345,7 @@ def test_a_composed_childs_step_lock_re_enters_the_parents_lock(key: str) -> Non
     assert seen["held_keys"].count(f"lock:{key}") == 2
     assert seen["shut_out"] is True
     assert lock_is_free(key)
-    assert outcome.context.private["held_keys"] == []
+    assert outcome.context.held_keys == []
 
 
 def test_a_lock_taken_again_in_a_locked_steps_body_re_enters(key: str) -> None:
@@ -370,7 +370,7 @@ def test_nested_holds_are_counted_and_the_key_frees_with_the_outermost(key: str)
     assert later["count"] == 1
     assert later["owner"] == outcome.context.root_id
     assert later["shut_out"] is True  # the reactor's hold still excludes everyone else
-    assert outcome.context.private["held_keys"] == []
+    assert outcome.context.held_keys == []
     assert lock_is_free(key)
     assert not shut_out(key)
 
@@ -426,7 +426,7 @@ def test_the_registry_lists_step_holds_during_the_body_only(key: str) -> None:
     assert later["held_keys"] == []
     assert later["count"] == 0
     assert later["shut_out"] is False
-    assert outcome.context.private["held_keys"] == []
+    assert outcome.context.held_keys == []
 
 
 # -- (6) the owner ---------------------------------------------------------------------------------

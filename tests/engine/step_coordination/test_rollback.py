@@ -134,7 +134,7 @@ def roll_back(unit: Step, kind: str) -> None:
     key = acct({"account_id": unit.inputs.account_id})
     state = Lock(key).state()
     s.seen[kind] = {
-        "held_keys": list(unit.context.private.get("held_keys", [])),
+        "held_keys": list(unit.context.held_keys),
         "root_id": unit.context.root_id,
         "lock_owner": state.owner,
         "lock_count": state.count,
@@ -267,7 +267,7 @@ class MeteredWork(Step):
             "bucket_done": Period(bucket_key(args), every="hour").is_done(),
             "bucket_claimed": claimed_elsewhere(bucket_key(args)),
             "quota_used": RateLimit(quota_key(args), limit=1, period="minute").usage(),
-            "held_keys": list(self.context.private.get("held_keys", [])),
+            "held_keys": list(self.context.held_keys),
         }
         s.ran.append(f"charge_{kind}")
 
@@ -458,7 +458,7 @@ def test_rollback_runs_holding_the_steps_lock_as_the_execution(
     assert seen["other_can_lock"] is False
     assert f"charge_{kind}" in script.ran
     assert lock_is_free(lock_key)
-    assert f"lock:{lock_key}" not in outcome.context.private.get("held_keys", [])
+    assert f"lock:{lock_key}" not in outcome.context.held_keys
 
 
 def _rollback_while_second_run(
@@ -643,7 +643,7 @@ def test_a_spent_rate_limit_and_period_never_stop_rollback(
     # Marked by the success undone later; left due (released unmarked) by the failed work.
     assert Period(bucket_key(args), every="hour").is_done() is (kind == "undo")
     assert claimed_elsewhere(bucket_key(args)) is False
-    assert outcome.context.private.get("held_keys", []) == []
+    assert outcome.context.held_keys == []
     assert lock_is_free(f"acct:{key}")
 
 

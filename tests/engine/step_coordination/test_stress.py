@@ -71,6 +71,7 @@ from py_reactor.dsl.declaration import StepDeclaration
 from py_reactor.engine.context import Context, running_context
 from py_reactor.engine.results import Outcome
 from py_reactor.observability import events as ev
+from tests._holds import ordered_positions
 from tests.engine.coordination._helpers import lock_is_free
 
 SEEDS = (3, 17, 29, 41, 58, 71, 86, 97)
@@ -600,8 +601,7 @@ class World:
         """Note which position of its ordered lock this work runs in (an exclusive section)."""
         assert spec.ordered is not None
         key = spec.ordered[0]
-        private = context.private.items() if context is not None else ()
-        saved = [v for k, v in private if k.startswith("ordered_position:") and v["key"] == key]
+        saved = [p for p in ordered_positions(context) if p["key"] == key]
         if len(saved) != 1:
             self.violation(f"{where}: ordered positions {saved} in the context")
             return
