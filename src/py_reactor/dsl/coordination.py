@@ -32,6 +32,7 @@ from py_reactor.coordination.declarations import (
     RateLimitDeclaration,
     SemaphoreDeclaration,
 )
+from py_reactor.coordination.holds import Ledger
 from py_reactor.coordination.owner import bind_owner, new_owner, running_owner, unbind_owner
 from py_reactor.coordination.scope import Admission, Scope
 from py_reactor.dsl._key_reads import names_read
@@ -540,7 +541,9 @@ def _call(
     token = bind_owner(new_owner()) if running_owner() is None else None
     try:
         try:
-            scope = Scope(declarations, values, reactor=label, private=_private())
+            scope = Scope(
+                declarations, values, reactor=label, ledger=_ledger(), holder=f"call:{new_owner()}"
+            )
             admission = scope.enter()
         except CoordinationError as exc:
             _relocate(exc, label)
@@ -560,17 +563,17 @@ def _call(
             unbind_owner(token)
 
 
-def _private() -> dict[str, Any]:
-    """A private dict for one call, listing the holds of the running execution, if any.
+def _ledger() -> Ledger:
+    """Where one call records its holds: the running execution's ledger, if any.
 
-    Read, never written back: a period claim or an ordered turn the execution already holds
-    on the same key is re-entered, and nothing of the call lingers in the execution.
+    So a period claim or an ordered turn the execution already holds on the same key is
+    re-entered, and the execution lists the call's holds while the call runs; outside an
+    execution, a ledger of the call's own.
     """
     from py_reactor.engine.context import running_context
 
     context = running_context()
-    held = [] if context is None else list(context.private.get("held_keys", ()))
-    return {"held_keys": held}
+    return Ledger() if context is None else context.holds
 
 
 def _relocate(exc: CoordinationError, label: str) -> None:
