@@ -109,7 +109,7 @@ def _calls(admin: redis.Redis) -> dict[str, int]:
 
 #: Commands the ordered-lock scripts run inside the server (counted by INFO commandstats too).
 SCRIPT_COMMANDS = {"time", "hget", "hmget", "hset", "hincrby", "hdel", "hexists", "pexpire"}
-SCRIPT_COMMANDS |= {"del", "rpush"}
+SCRIPT_COMMANDS |= {"del", "rpush", "lpop"}  # lpop: a release wakes parked executions
 
 
 def _round_trips(admin: redis.Redis, operation: Callable[[], object]) -> dict[str, int]:

@@ -20,7 +20,7 @@ from py_reactor.coordination._base import WAKE_PREFIX, Acquirable, Hold
 from py_reactor.coordination._extender import keep_alive, remember
 from py_reactor.coordination._waiting import take_or_wait
 from py_reactor.coordination.owner import owner_or_new
-from py_reactor.coordination.store import Store, namespaced
+from py_reactor.coordination.store import Store, namespaced, parked
 from py_reactor.errors import LockAcquisitionError
 
 __all__ = ["Lock", "LockHold", "LockState"]
@@ -80,7 +80,8 @@ class Lock(Acquirable["LockHold"]):
         self._store = store
         self._ttl_ms = max(1, int(self.ttl * 1000))
         # Every key ends in its own suffix, so no user key can name another key's Redis key.
-        self._keys = tuple(namespaced("lock", key, part) for part in _PARTS)
+        # A release also wakes the oldest execution parked on the key (the last three).
+        self._keys = (*(namespaced("lock", key, part) for part in _PARTS), *parked("lock", key))
         self._local = threading.local()
 
     def acquire(self, *, wait: float | None = None) -> LockHold:

@@ -37,7 +37,7 @@ from py_reactor.coordination import _options as opt
 from py_reactor.coordination._base import UsesStore
 from py_reactor.coordination._extender import keep_alive
 from py_reactor.coordination._waiting import sleep_for
-from py_reactor.coordination.store import Store, namespaced
+from py_reactor.coordination.store import Store, namespaced, parked
 from py_reactor.errors import CoordinationError, DefinitionError, OrderedLockWaitError
 
 __all__ = ["OrderedLock", "OrderedLockState", "Position", "Turn"]
@@ -145,6 +145,7 @@ class OrderedLock(UsesStore):
         self._state_key = namespaced(PRIMITIVE, key, "state")
         self._beats_key = namespaced(PRIMITIVE, key, "beats")
         self._wake_prefix = namespaced(PRIMITIVE, key, "wake")
+        self._parked = parked(PRIMITIVE, key)
         self._local = threading.local()
 
     def take_position(self) -> Position:
@@ -275,8 +276,9 @@ class OrderedLock(UsesStore):
     # -- internals -------------------------------------------------------------------------
 
     @property
-    def _keys(self) -> tuple[str, str, str]:
-        return self._state_key, self._beats_key, self._wake_prefix
+    def _keys(self) -> tuple[str, ...]:
+        # A release also wakes every execution parked on the key (the last three).
+        return self._state_key, self._beats_key, self._wake_prefix, *self._parked
 
     def _check(self, position: Any) -> None:
         if not isinstance(position, Position) or position.key != self.key:

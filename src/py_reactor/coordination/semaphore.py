@@ -17,7 +17,7 @@ from py_reactor.coordination._base import WAKE_PREFIX, Acquirable, Hold
 from py_reactor.coordination._extender import keep_alive
 from py_reactor.coordination._waiting import take_or_wait
 from py_reactor.coordination.owner import owner_or_new
-from py_reactor.coordination.store import Store, namespaced
+from py_reactor.coordination.store import Store, namespaced, parked
 from py_reactor.errors import SemaphoreAcquisitionError
 
 __all__ = ["Semaphore", "SemaphoreHold", "SemaphoreState"]
@@ -69,7 +69,11 @@ class Semaphore(Acquirable["SemaphoreHold"]):
         self._store = store
         self._lease_ms = max(1, int(self.lease * 1000))
         # Every key ends in its own suffix, so no user key can name another key's Redis key.
-        self._keys = tuple(namespaced("semaphore", key, part) for part in _PARTS)
+        # A release also wakes the oldest execution parked on the key (the last three).
+        self._keys = (
+            *(namespaced("semaphore", key, part) for part in _PARTS),
+            *parked("semaphore", key),
+        )
         self._local = threading.local()
 
     def acquire(self, *, wait: float | None = None) -> SemaphoreHold:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["NAMESPACE", "Store", "default_store", "namespaced"]
+__all__ = ["DUE_KEY", "NAMESPACE", "READY_KEY", "Store", "default_store", "namespaced", "parked"]
 
 #: Every Redis key the library writes starts with this.
 NAMESPACE = "py_reactor"
@@ -22,6 +22,18 @@ def namespaced(primitive: str, key: str, *parts: str) -> str:
     """The Redis key for ``key`` of ``primitive``: ``py_reactor:<primitive>:<key>[:<part>...]``."""
     base = f"{NAMESPACE}:{primitive}:{key}"
     return base if not parts else base + ":" + ":".join(parts)
+
+
+#: Parked executions by the time they are due (server ms), and the list dispatchers block on;
+#: a release of a key makes the oldest execution parked on it due now (see ``workers``).
+DUE_KEY = f"{NAMESPACE}:exec:due"
+READY_KEY = f"{NAMESPACE}:exec:ready"
+
+
+def parked(primitive: str, key: str) -> tuple[str, str, str]:
+    """The keys a release of ``key`` passes so that it wakes what is parked on it: the list of
+    execution ids parked on the key, the due set and the ready list."""
+    return namespaced(primitive, key, "parked"), DUE_KEY, READY_KEY
 
 
 @runtime_checkable

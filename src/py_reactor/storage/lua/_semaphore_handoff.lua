@@ -3,12 +3,13 @@
 -- to the oldest waiters whose deadline has not passed, dropping the ones that gave up. Each gets
 -- a lease of its own length and a "1" pushed to LIST <wake_prefix><waiter>, kept alive past that
 -- lease. A waiter whose owner already holds a slot re-enters it and uses up no free slot.
+-- Returns how many of the `free` slots are still free.
 local function hand_slots(holders, counts, queue, deadlines, wake_prefix, free)
   local now_ms = nil
   while free > 0 do
     local head = redis.call('ZRANGE', queue, 0, 0)
     if #head == 0 then
-      return
+      return free
     end
     if not now_ms then  -- the clock is read only when someone waits
       local t = redis.call('TIME')
@@ -35,4 +36,5 @@ local function hand_slots(holders, counts, queue, deadlines, wake_prefix, free)
       end
     end
   end
+  return free
 end

@@ -4,9 +4,13 @@
 -- KEYS[3] deadlines hash member -> server ms after which the waiter has given up
 -- ARGV[1] owner; ARGV[2] wake-key prefix ("py_reactor:wake:"); ARGV[3] the hold's fencing
 -- token (a stale hold of the same owner, whose key expired and was taken again, frees nothing)
--- Writes on handoff: the hold (new owner, count 1, new token) and LIST <prefix><waiter> = token
+-- KEYS[4] parked    list of execution ids parked on this lock (optional, with KEYS[5], KEYS[6])
+-- KEYS[5] due       zset of parked execution ids -> due time; KEYS[6] ready: list dispatchers pop
+-- Writes on handoff: the hold (new owner, count 1, new token) and LIST <prefix><waiter> = token;
+-- when no waiter takes the freed lock, the oldest execution parked on it is made due now
 -- Returns the remaining count (> 0: still held by ARGV[1]), 0 when released, -1 when not held
 -- #include _lock_handoff
+-- #include _wake_parked
 local h = redis.call('HMGET', KEYS[1], 'owner', 'count', 'token', 'waiting')
 if h[1] ~= ARGV[1] or (ARGV[3] and tonumber(h[3]) ~= tonumber(ARGV[3])) then
   return -1
@@ -15,7 +19,11 @@ if tonumber(h[2]) > 1 then
   return redis.call('HINCRBY', KEYS[1], 'count', -1)
 end
 redis.call('HDEL', KEYS[1], 'owner', 'count', 'waiting')  -- the token stays until the key expires
+local handed = nil
 if h[4] then  -- somebody queued while we held it
-  hand_off(KEYS[1], KEYS[2], KEYS[3], ARGV[2], tonumber(h[3]), redis.call('TIME'))
+  handed = hand_off(KEYS[1], KEYS[2], KEYS[3], ARGV[2], tonumber(h[3]), redis.call('TIME'))
+end
+if not handed and KEYS[4] then
+  wake_parked(KEYS[4], KEYS[5], KEYS[6], false)
 end
 return 0

@@ -11,6 +11,9 @@
 -- KEYS[1]  state   py_reactor:ordered_lock:<key>:state
 -- KEYS[2]  beats   py_reactor:ordered_lock:<key>:beats
 -- KEYS[3]  wake    py_reactor:ordered_lock:<key>:wake  (prefix of the wake lists)
+-- KEYS[4]  parked  list of execution ids parked on this ordered lock (optional, with KEYS[5]
+--                  due: zset of parked ids -> due time, and KEYS[6] ready: list dispatchers pop);
+--                  every one is woken when the turn passes on: each checks its own turn
 -- ARGV[1]  epoch   the position's epoch (digits)
 -- ARGV[2]  number  the position's number
 -- ARGV[3]  failed  1 to record that this position failed (strict mode), else 0
@@ -28,7 +31,14 @@
 --   <wake>:<epoch>:<number>  list  pushed to (one element at most) when <number> becomes the
 --                current position; its waiter blocks on it
 
+-- #include _wake_parked
 local state, beats, wake = KEYS[1], KEYS[2], KEYS[3]
+local function passed(reply)
+  if KEYS[4] then
+    wake_parked(KEYS[4], KEYS[5], KEYS[6], true)
+  end
+  return reply
+end
 local epoch, number = ARGV[1], tonumber(ARGV[2])
 local failed, poison, ttl = ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
 
@@ -69,7 +79,7 @@ if done == issued then
   redis.call('HSET', state, 'issued', 0, 'done', 0, 'failed', 0)
   redis.call('DEL', beats)
   redis.call('PEXPIRE', state, ttl)
-  return {2, 0}
+  return passed({2, 0})
 end
 
 redis.call('HSET', state, 'done', done)
@@ -79,4 +89,4 @@ redis.call('RPUSH', next_wake, 'turn')
 redis.call('PEXPIRE', next_wake, ttl)
 redis.call('PEXPIRE', state, ttl)
 redis.call('PEXPIRE', beats, ttl)
-return {1, done}
+return passed({1, done})

@@ -1,11 +1,14 @@
 -- Release one level of an owner's slot; at zero, hand the slot to the oldest live waiter.
 -- KEYS[1] holders zset owner -> lease expiry; KEYS[2] counts hash owner -> nesting count
 -- KEYS[3] queue zset of waiters "<waiter>|<owner>|<lease_ms>"; KEYS[4] deadlines hash
+-- KEYS[5] parked list of execution ids parked on this semaphore (optional, with KEYS[6], KEYS[7])
+-- KEYS[6] due zset of parked execution ids -> due time; KEYS[7] ready: list dispatchers pop
 -- ARGV[1] owner; ARGV[2] wake-key prefix ("py_reactor:wake:")
 -- Writes on handoff: the new holder's lease and count, LIST <prefix><waiter> = "1" (a waiter
 -- whose owner already holds a slot re-enters it, and the freed slot goes on to the next)
 -- Returns the remaining count (> 0: still held), 0 when released, -1 when not held
 -- #include _semaphore_handoff
+-- #include _wake_parked
 if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
   return -1
 end
@@ -15,5 +18,8 @@ if count > 0 then
 end
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
-hand_slots(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[2], 1)
+local free = hand_slots(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[2], 1)
+if free > 0 and KEYS[5] then  -- no waiter took the slot: the oldest parked execution may
+  wake_parked(KEYS[5], KEYS[6], KEYS[7], false)
+end
 return 0

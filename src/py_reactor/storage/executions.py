@@ -1,0 +1,175 @@
+"""Durable executions: records, claims with a lease and an epoch, parks, and the due set.
+
+An execution dispatched to a worker is stored before anything is enqueued. Whoever runs it
+first *claims* it: the claim bumps the record's epoch and gives the runner a liveness lease,
+and every checkpoint afterwards is a compare-and-set on that epoch, so a stale runner (a
+redelivered job, a worker presumed dead) finds the epoch moved and writes nothing. A parked
+execution sits in the due set (score: when its timer fires) and in the parked list of the key
+it waits on; the release of that key makes it due at once (``lua/_wake_parked.lua``).
+
+Redis layout (``py_reactor:exec:*``)::
+
+    exec:<id>    hash  id, reactor, status, context (JSON), epoch, worker, created_at,
+                       updated_at, waiting_on (JSON), outcome (JSON), parks
+    exec:index   zset  id -> created (server ms): every stored execution
+    exec:leases  zset  id -> lease end (server ms): running executions
+    exec:due     zset  id -> due (server ms): what a dispatcher may claim once due
+    exec:ready   list  ids made due now (dispatchers block on it; the due set is the truth)
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from py_reactor.coordination.store import DUE_KEY, NAMESPACE, READY_KEY, Store
+
+__all__ = ["ExecutionStore", "StoredExecution"]
+
+INDEX_KEY = f"{NAMESPACE}:exec:index"
+LEASES_KEY = f"{NAMESPACE}:exec:leases"
+
+
+def record_key(execution_id: str) -> str:
+    """The hash of one execution."""
+    return f"{NAMESPACE}:exec:{execution_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class StoredExecution:
+    """One execution as stored (its context still as JSON text)."""
+
+    id: str
+    reactor: str
+    status: str
+    context: str
+    epoch: int
+    parks: int
+    created_at: float  # seconds (server clock)
+    updated_at: float
+    waiting_on: dict[str, Any] | None
+    outcome: dict[str, Any] | None
+    worker: str | None
+
+
+class ExecutionStore:
+    """Execution records on a coordination store (every operation one script, one round trip)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def create(self, execution_id: str, reactor: str, context: str, status: str) -> bool:
+        """Store a new execution and make it due now; False if the id exists already."""
+        keys = (record_key(execution_id), INDEX_KEY, DUE_KEY, READY_KEY)
+        return bool(
+            self.store.run_script(
+                "execution_create", keys, (execution_id, reactor, context, status)
+            )
+        )
+
+    def load(self, execution_id: str) -> StoredExecution | None:
+        """The stored execution, or None for an unknown id."""
+        raw = self._client().hgetall(record_key(execution_id))
+        if not raw:
+            return None
+        return StoredExecution(
+            id=raw["id"],
+            reactor=raw["reactor"],
+            status=raw["status"],
+            context=raw["context"],
+            epoch=int(raw.get("epoch", 0)),
+            parks=int(raw.get("parks", 0)),
+            created_at=int(raw.get("created_at", 0)) / 1000,
+            updated_at=int(raw.get("updated_at", 0)) / 1000,
+            waiting_on=_json(raw.get("waiting_on")),
+            outcome=_json(raw.get("outcome")),
+            worker=raw.get("worker") or None,
+        )
+
+    def claim(self, execution_id: str, worker: str, lease: float, *, due: bool = True) -> int:
+        """Claim ``execution_id`` for this runner with a lease of ``lease`` seconds.
+
+        Returns:
+            The new epoch (> 0); 0 when another runner holds a live lease (or, with ``due``,
+            it is not due yet); -1 for an unknown id; -2 when it already ended.
+        """
+        keys = (record_key(execution_id), LEASES_KEY, DUE_KEY)
+        args = (execution_id, worker, _ms(lease), "1" if due else "0")
+        return int(self.store.run_script("execution_claim", keys, args))
+
+    def checkpoint(
+        self,
+        execution_id: str,
+        epoch: int,
+        context: str,
+        status: str,
+        *,
+        lease: float = 0,
+        waiting_on: dict[str, Any] | None = None,
+        outcome: dict[str, Any] | None = None,
+        due_in: float | None = None,
+        parked_on: str | None = None,
+        park: bool = False,
+    ) -> bool:
+        """Write progress if ``epoch`` is still the record's; False (nothing written) if not.
+
+        Args:
+            status: the execution's status now; ``"running"`` renews the lease by ``lease``
+                seconds, anything else drops it.
+            due_in: parked (or waiting for a retry): seconds until the timer dispatches it.
+            parked_on: the parked list of the key it waits on, woken by that key's release.
+            park: count one more park.
+        """
+        keys = (record_key(execution_id), LEASES_KEY, DUE_KEY, parked_on or "")
+        args = (
+            execution_id,
+            epoch,
+            context,
+            status,
+            _ms(lease),
+            "" if waiting_on is None else json.dumps(waiting_on),
+            "" if outcome is None else json.dumps(outcome),
+            "" if due_in is None else _ms(due_in),
+            "1" if park else "0",
+        )
+        return bool(self.store.run_script("execution_checkpoint", keys, args))
+
+    def renew(self, execution_id: str, epoch: int, lease: float) -> bool:
+        """Push the lease of a running execution out; False when the epoch moved on."""
+        keys = (record_key(execution_id), LEASES_KEY)
+        return bool(
+            self.store.run_script("execution_renew", keys, (execution_id, epoch, _ms(lease)))
+        )
+
+    def due(self, limit: int = 100) -> tuple[list[str], list[str]]:
+        """One recovery pass: ``(ids due now, ids whose lease lapsed and are due again)``."""
+        due, lapsed = self.store.run_script(
+            "execution_due", (LEASES_KEY, DUE_KEY, READY_KEY), (limit,)
+        )
+        return [str(i) for i in due], [str(i) for i in lapsed]
+
+    def next_ready(self, timeout: float) -> str | None:
+        """Block up to ``timeout`` seconds for an id made due now (a wake or a dispatch)."""
+        return self.store.wait_signal(READY_KEY, timeout)
+
+    def ids(self, limit: int = 1000) -> list[str]:
+        """The newest stored execution ids, newest first."""
+        return [str(i) for i in self._client().zrevrange(INDEX_KEY, 0, limit - 1)]
+
+    def _client(self) -> Any:
+        client = getattr(self.store, "client", None)
+        if client is None:  # pragma: no cover - every real store is a RedisStore
+            raise TypeError(f"{self.store!r} cannot read execution records")
+        return client
+
+
+def _ms(seconds: float) -> int:
+    return max(1, int(seconds * 1000))
+
+
+def _json(text: str | None) -> dict[str, Any] | None:
+    if not text:
+        return None
+    value = json.loads(text)
+    return value if isinstance(value, dict) else None

@@ -1,0 +1,30 @@
+-- Write an execution's progress, if the caller still owns it (compare-and-set on the epoch).
+-- KEYS[1] record hash; KEYS[2] leases zset; KEYS[3] due zset; KEYS[4] parked list of the key
+-- waited on ("" when none)
+-- ARGV[1] id; ARGV[2] epoch; ARGV[3] context JSON; ARGV[4] status; ARGV[5] lease ms (running),
+-- ARGV[6] waiting_on JSON ("" when none); ARGV[7] outcome JSON ("" when none);
+-- ARGV[8] due in ms (parked: when the timer backstop dispatches it again), "" when not parked;
+-- ARGV[9] "1" to count one more park
+-- Returns 1 when written, 0 when the epoch moved on (a newer runner owns it: nothing written).
+-- #include _now
+if tonumber(redis.call('HGET', KEYS[1], 'epoch') or '-1') ~= tonumber(ARGV[2]) then
+  return 0
+end
+local now = now_ms()
+redis.call('HSET', KEYS[1], 'context', ARGV[3], 'status', ARGV[4], 'updated_at', now,
+  'waiting_on', ARGV[6], 'outcome', ARGV[7])
+if ARGV[9] == '1' then
+  redis.call('HINCRBY', KEYS[1], 'parks', 1)
+end
+if ARGV[4] == 'running' then
+  redis.call('ZADD', KEYS[2], now + tonumber(ARGV[5]), ARGV[1])
+else
+  redis.call('ZREM', KEYS[2], ARGV[1])
+end
+if ARGV[8] ~= '' then
+  redis.call('ZADD', KEYS[3], now + tonumber(ARGV[8]), ARGV[1])
+  if KEYS[4] ~= '' then
+    redis.call('RPUSH', KEYS[4], ARGV[1])
+  end
+end
+return 1

@@ -1,0 +1,33 @@
+-- Claim an execution for one runner: bump its epoch (the fencing number every checkpoint
+-- compares) and give it a liveness lease.
+-- KEYS[1] record hash; KEYS[2] leases zset id -> lease end ms; KEYS[3] due zset
+-- ARGV[1] id; ARGV[2] worker name; ARGV[3] lease ms; ARGV[4] "1": only if it is due (popped
+-- from the ready list or the due set by this caller)
+-- Returns the new epoch, 0 when another runner holds a live lease or it is not due,
+-- -1 when unknown, -2 when it already ended.
+-- #include _now
+local status = redis.call('HGET', KEYS[1], 'status')
+if not status then
+  return -1
+end
+if status == 'completed' or status == 'failed' or status == 'halted' or status == 'cancelled'
+    or status == 'paused' then
+  redis.call('ZREM', KEYS[3], ARGV[1])
+  return -2
+end
+local now = now_ms()
+local lease = redis.call('ZSCORE', KEYS[2], ARGV[1])
+if lease and tonumber(lease) > now then
+  return 0
+end
+if ARGV[4] == '1' then
+  local due = redis.call('ZSCORE', KEYS[3], ARGV[1])
+  if (not due) or tonumber(due) > now then
+    return 0
+  end
+end
+redis.call('ZREM', KEYS[3], ARGV[1])
+local epoch = redis.call('HINCRBY', KEYS[1], 'epoch', 1)
+redis.call('HSET', KEYS[1], 'status', 'running', 'worker', ARGV[2], 'updated_at', now)
+redis.call('ZADD', KEYS[2], now + tonumber(ARGV[3]), ARGV[1])
+return epoch
