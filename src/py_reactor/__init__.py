@@ -26,8 +26,10 @@ from py_reactor.dsl import (
     with_rate_limit,
     with_semaphore,
 )
+from py_reactor.dsl.background import background
 from py_reactor.engine import (
     Context,
+    DispatchedResult,
     FailureResult,
     HaltedResult,
     Outcome,
@@ -36,11 +38,14 @@ from py_reactor.engine import (
 )
 from py_reactor.engine.serializer import dumps_context, loads_context
 from py_reactor.observability import Middleware
+from py_reactor.workers import Execution, find
 
 __version__ = "0.1.0.dev0"
 
 __all__ = [
     "Context",
+    "DispatchedResult",
+    "Execution",
     "Failure",
     "FailureResult",
     "Halt",
@@ -63,9 +68,11 @@ __all__ = [
     "SuccessResult",
     "Value",
     "__version__",
+    "background",
     "compose",
     "configure",
     "dumps_context",
+    "find",
     "get_config",
     "loads_context",
     "retries",

@@ -33,6 +33,16 @@ class Config:
             ``~/.cache/py_reactor/redis``.
         rate_limits: named rate limits for ``with_rate_limit("name")``, each as
             ``((window_seconds, limit), ...)``.
+        worker: where background work runs: ``"threads"`` (a thread pool in the dispatching
+            process, the default).
+        worker_threads: the thread worker's pool size.
+        park_max_attempts: parks on contention one execution may make before the next
+            contention fails it (``math.inf``: no cap); ordered-lock turns never count.
+        park_delay, park_jitter: a parked execution is dispatched again after ``park_delay``
+            plus up to ``park_jitter`` seconds at the latest (the release of the key it waits
+            on wakes it at once: this timer is only the backstop).
+        execution_lease: seconds a running execution's liveness lease lasts; its worker renews
+            it, and the recovery loop re-dispatches an execution whose lease lapsed.
     """
 
     middleware: tuple[Middleware, ...] = ()
@@ -41,6 +51,12 @@ class Config:
     rate_limits: Mapping[str, tuple[tuple[int, int], ...]] = field(
         default_factory=lambda: MappingProxyType({})
     )
+    worker: str = "threads"
+    worker_threads: int = 8
+    park_max_attempts: float = 20
+    park_delay: float = 5.0
+    park_jitter: float = 5.0
+    execution_lease: float = 30.0
 
     def __repr__(self) -> str:
         """The settings, with the password of ``redis_url`` masked."""
@@ -51,7 +67,10 @@ class Config:
             url = redact(self.redis_url)
         return (
             f"Config(middleware={self.middleware!r}, redis_url={url!r}, "
-            f"embedded_dir={self.embedded_dir!r}, rate_limits={dict(self.rate_limits)!r})"
+            f"embedded_dir={self.embedded_dir!r}, rate_limits={dict(self.rate_limits)!r}, "
+            f"worker={self.worker!r}, worker_threads={self.worker_threads}, "
+            f"park_max_attempts={self.park_max_attempts}, park_delay={self.park_delay}, "
+            f"park_jitter={self.park_jitter}, execution_lease={self.execution_lease})"
         )
 
 
@@ -65,6 +84,12 @@ def configure(
     redis_url: str | None = None,
     embedded_dir: str | None = None,
     rate_limits: Mapping[str, Mapping[str, int]] | None = None,
+    worker: str | None = None,
+    worker_threads: int | None = None,
+    park_max_attempts: float | None = None,
+    park_delay: float | None = None,
+    park_jitter: float | None = None,
+    execution_lease: float | None = None,
 ) -> Config:
     """Change settings; options left out keep their value. Returns the new settings.
 
@@ -75,6 +100,14 @@ def configure(
         embedded_dir: the folder of the embedded server used when no ``redis_url`` is set.
         rate_limits: named limits, ``{"stripe": {"second": 3, "minute": 100}}``, for
             ``with_rate_limit("stripe")``; merged into those already registered.
+        worker: ``"threads"``: background work runs on a thread pool in this process.
+        worker_threads: the size of that pool (>= 1, default 8).
+        park_max_attempts: parks on contention an execution may make (default 20;
+            ``math.inf`` for no cap); the next contention fails it.
+        park_delay: seconds after which a parked execution is dispatched again at the latest
+            (default 5; the release of the key it waits on wakes it sooner).
+        park_jitter: up to this many seconds are added to ``park_delay`` (default 5).
+        execution_lease: seconds of a running execution's liveness lease (default 30).
 
     Raises:
         TypeError: an option has the wrong type (the message names the option).
@@ -89,6 +122,36 @@ def configure(
         changes["middleware"] = _check_middleware(middleware)
     if redis_url is not None:
         changes["redis_url"] = _check_redis_url(redis_url)
+    if worker is not None:
+        if worker != "threads":
+            raise ValueError(
+                f"configure(worker=...) takes 'threads' (a thread pool in this process), got "
+                f"{worker!r}"
+            )
+        changes["worker"] = worker
+    if worker_threads is not None:
+        if (
+            not isinstance(worker_threads, int)
+            or isinstance(worker_threads, bool)
+            or (worker_threads < 1)
+        ):
+            raise ValueError(
+                f"configure(worker_threads=...) takes a whole number >= 1, got {worker_threads!r}"
+            )
+        changes["worker_threads"] = worker_threads
+    for option, value, least in (
+        ("park_max_attempts", park_max_attempts, 0),
+        ("park_delay", park_delay, 0),
+        ("park_jitter", park_jitter, 0),
+        ("execution_lease", execution_lease, 0.001),
+    ):
+        if value is None:
+            continue
+        if not isinstance(value, int | float) or isinstance(value, bool) or not value >= least:
+            raise ValueError(f"configure({option}=...) takes a number >= {least:g}, got {value!r}")
+        if option == "execution_lease" and value == float("inf"):
+            raise ValueError("configure(execution_lease=...) must be finite")
+        changes[option] = value
     if embedded_dir is not None:
         if not isinstance(embedded_dir, str) or not embedded_dir:
             raise TypeError(

@@ -80,14 +80,29 @@ class Reactor:
 
     @classmethod
     def run(cls, /, **inputs: Any) -> Outcome:
-        """Run this reactor synchronously in this process and return its outcome.
+        """Run this reactor and return its outcome.
 
-        Never raises for a failing step or bad inputs: both come back as a failure outcome.
+        Synchronously in this process; a ``@background`` reactor runs the steps before its
+        hand-off here and returns a ``DispatchedResult`` (``.wait()`` for the end). Never
+        raises for a failing step or bad inputs: both come back as a failure outcome.
         ``KeyboardInterrupt`` and ``SystemExit`` propagate without running rollback.
         """
+        from py_reactor.engine.context import running_context
         from py_reactor.engine.executor import run_reactor
 
+        handoff = getattr(cls, "__py_reactor_handoff__", None)
+        if handoff and running_context() is None:  # nested in a step: it runs in place
+            from py_reactor.workers.dispatch import background_run
+
+            return background_run(cls, inputs, handoff)
         return run_reactor(cls, inputs)
+
+    @classmethod
+    def find(cls, execution_id: str) -> Any:
+        """The stored execution ``execution_id`` (an ``Execution``), or None."""
+        from py_reactor.workers import find
+
+        return find(execution_id)
 
 
 def _check_returns(cls: type[Reactor]) -> None:

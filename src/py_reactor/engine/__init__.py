@@ -2,6 +2,7 @@
 
 from py_reactor.engine.context import Context, Status
 from py_reactor.engine.results import (
+    DispatchedResult,
     FailureResult,
     HaltedResult,
     Outcome,
@@ -11,6 +12,7 @@ from py_reactor.engine.results import (
 
 __all__ = [
     "Context",
+    "DispatchedResult",
     "FailureResult",
     "HaltedResult",
     "Outcome",

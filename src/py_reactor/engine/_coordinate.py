@@ -55,11 +55,14 @@ class StepGate:
         CoordinationKeyError: (from the constructor) a key function raised or returned nothing.
     """
 
-    __slots__ = ("_turn", "_work", "keys")
+    __slots__ = ("_turn", "_work", "keys", "parking")
 
     def __init__(
         self, run: Run, step: str, declarations: Mapping[str, Declaration], values: Any
     ) -> None:
+        parking = run.worker is not None  # a worker parks instead of waiting: wait 0
+        self.parking = parking
+
         def scope(names: Mapping[str, Declaration]) -> Scope | None:
             if not names:
                 return None
@@ -71,6 +74,7 @@ class StepGate:
                 ledger=run.context.holds,
                 holder=run.context.holder(step),
                 emit=emitter(run, step),
+                wait=0 if parking else None,
             )
 
         ordered = {n: d for n, d in declarations.items() if n == "ordered_lock"}
@@ -88,7 +92,7 @@ class StepGate:
         Raises:
             CoordinationError: the turn did not come within ``wait``, or the store refused.
         """
-        return Admission.PROCEED if self._turn is None else self._turn.enter()
+        return Admission.PROCEED if self._turn is None else self._turn.enter(parking=self.parking)
 
     def enter(self) -> Admission:
         """Take period, lock, semaphore and rate limit for one attempt of the work.
@@ -96,7 +100,7 @@ class StepGate:
         Raises:
             CoordinationError: contention after ``wait``, a full rate limit, or the store.
         """
-        return Admission.PROCEED if self._work is None else self._work.enter()
+        return Admission.PROCEED if self._work is None else self._work.enter(parking=self.parking)
 
     def exit(self, *, succeeded: bool) -> None:
         """Release what ``enter`` took, in reverse; mark the period on a plain success."""
@@ -107,6 +111,11 @@ class StepGate:
         """Give up the ordered turn: the step reached its final result (``failed`` or not)."""
         if self._turn is not None:
             self._turn.exit(succeeded=not failed, failed=failed)
+
+    def detach(self) -> None:
+        """The step parks: keep its ordered position, stop extending it in this process."""
+        if self._turn is not None:
+            self._turn.detach()
 
     def refresh(self) -> bool:
         """Push out the expiry of the lock and semaphore kept for a compensate.

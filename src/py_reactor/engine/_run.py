@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,24 +13,82 @@ from py_reactor.engine.results import RollbackFailure
 from py_reactor.observability.events import Event
 from py_reactor.observability.middleware import Middleware, emit
 
-__all__ = ["MAX_BACKTRACE_CHARS", "Run", "StepFailure", "describe_exception"]
+__all__ = [
+    "MAX_BACKTRACE_CHARS",
+    "Parked",
+    "Run",
+    "StaleExecution",
+    "StepFailure",
+    "WorkerMode",
+    "describe_exception",
+]
 
 #: A failure's backtrace keeps at most this many trailing characters.
 MAX_BACKTRACE_CHARS = 8000
 
 
-class Run:
-    """One execution of one reactor in this process: its context, middleware and reports."""
+@dataclass(frozen=True, slots=True)
+class WorkerMode:
+    """How a run in a worker differs from one in the caller: it parks instead of waiting.
 
-    __slots__ = ("context", "middleware", "reactor_name", "rollback_failures")
+    Attributes:
+        park_max_attempts: parks on contention an execution may make (ordered turns exempt).
+        checkpoint: called after every step with the context, to persist it; raises
+            :class:`StaleExecution` when another runner owns the execution now.
+    """
+
+    park_max_attempts: float
+    checkpoint: Callable[[Context], None] | None = None
+
+
+class StaleExecution(Exception):
+    """Another runner claimed this execution: drop the work, write nothing, release nothing."""
+
+
+@dataclass(slots=True)
+class Parked:
+    """The run cannot go on in this worker now; park it and dispatch it again later.
+
+    Attributes:
+        step: the step that parked (None: the reactor's own coordination).
+        primitive, key: what it waits on (None for a retry waiting out its backoff).
+        attempt: the parks so far (contention) or the attempts made (a retry).
+        delay: seconds until the timer dispatches it again; None: the configured park delay
+            (a release of ``key`` wakes it sooner).
+    """
+
+    step: str | None
+    primitive: str | None
+    key: str | None
+    attempt: int
+    delay: float | None
+
+
+class Run:
+    """One execution of one reactor in this process: its context, middleware and reports.
+
+    ``worker`` is set when the run executes in a worker (it parks instead of waiting);
+    ``handoff`` names the step where a run in the caller stops and is dispatched.
+    """
+
+    __slots__ = ("context", "handoff", "middleware", "reactor_name", "rollback_failures",
+                 "worker")  # fmt: skip
 
     def __init__(
-        self, reactor_name: str, context: Context, middleware: tuple[Middleware, ...]
+        self,
+        reactor_name: str,
+        context: Context,
+        middleware: tuple[Middleware, ...],
+        *,
+        worker: WorkerMode | None = None,
+        handoff: str | None = None,
     ) -> None:
         self.reactor_name = reactor_name
         self.context = context
         self.middleware = middleware
         self.rollback_failures: list[RollbackFailure] = []
+        self.worker = worker
+        self.handoff = handoff
 
     def emit(self, event_class: type[Event], step: str | None = None, **fields: Any) -> None:
         """Build and deliver an event, only if someone listens (no cost otherwise)."""

@@ -31,6 +31,7 @@ class Status(enum.StrEnum):
 
     PENDING = "pending"
     RUNNING = "running"
+    WAITING = "waiting"  # parked in a worker: on a busy key, or a retry's backoff
     ROLLING_BACK = "rolling_back"
     COMPLETED = "completed"
     FAILED = "failed"
@@ -89,6 +90,8 @@ class Context:
         children: contexts of composed child reactors, by step name.
         holds: the ledger of what the execution tree holds (one per tree: a child shares its
             root's), as records a process that loads this context can extend, adopt or release.
+        attempts: attempts already made by a step whose retry is waiting in a worker.
+        parks: how many times this execution parked on contention (``park_max_attempts``).
     """
 
     reactor: str
@@ -104,6 +107,8 @@ class Context:
     private: dict[str, Any] = field(default_factory=dict)
     children: dict[str, Context] = field(default_factory=dict)
     holds: Ledger = field(default_factory=Ledger)
+    attempts: dict[str, int] = field(default_factory=dict)
+    parks: int = 0
 
     def __post_init__(self) -> None:
         if not self.root_id:

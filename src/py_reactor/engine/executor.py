@@ -16,10 +16,18 @@ from py_reactor.coordination.scope import Admission, Scope
 from py_reactor.dsl.reactor import Reactor
 from py_reactor.dsl.registry import class_path
 from py_reactor.engine._coordinate import emitter
-from py_reactor.engine._run import Run, StepFailure, describe_exception
+from py_reactor.engine._park import park_or_fail
+from py_reactor.engine._run import Parked, Run, StepFailure, WorkerMode, describe_exception
 from py_reactor.engine.compensation import rollback
 from py_reactor.engine.context import Context, Status, running, running_context
-from py_reactor.engine.results import FailureResult, HaltedResult, Outcome, SuccessResult
+from py_reactor.engine.results import (
+    DispatchedResult,
+    FailureResult,
+    HaltedResult,
+    Outcome,
+    ParkedResult,
+    SuccessResult,
+)
 from py_reactor.engine.step_runner import Halted, run_step
 from py_reactor.errors import CoordinationError, InputValidationError
 from py_reactor.observability import events as ev
@@ -46,8 +54,16 @@ def execute(
     *,
     middleware: tuple[Middleware, ...] | None = None,
     validated: bool = False,
+    worker: WorkerMode | None = None,
+    handoff: str | None = None,
 ) -> Outcome:
     """Run ``cls`` from wherever ``context`` stopped until it completes, halts or fails.
+
+    Args:
+        worker: set in a worker: contention parks (a ``ParkedResult``) instead of failing,
+            retries wait in the parked set, and the context is checkpointed after every step.
+        handoff: in the caller, the step at which the run stops and is handed to a worker
+            (a ``DispatchedResult``); what it holds by then stays held for the worker.
 
     Raises:
         KeyboardInterrupt, SystemExit: propagate untouched after marking the context
@@ -57,26 +73,24 @@ def execute(
         cls.__py_reactor_name__,
         context,
         get_config().middleware if middleware is None else middleware,
+        worker=worker,
+        handoff=handoff,
     )
-    run.emit(ev.ReactorStarted)
-    if context.status is Status.PENDING:
-        if not validated:
-            try:
-                context.inputs = cls.__py_reactor_contract__.validate(
-                    context.inputs, reactor=run.reactor_name
-                )
-            except InputValidationError as exc:
-                return fail(
-                    run,
-                    StepFailure(
-                        None,
-                        exc,
-                        retryable=False,
-                        work_started=False,
-                        validation_errors=exc.errors,
-                    ),
-                )
-        context.status = Status.RUNNING
+    if context.status is Status.PENDING or worker is None:
+        run.emit(ev.ReactorStarted)  # once per execution: not again when a worker resumes it
+    if context.status is Status.PENDING and not validated:
+        try:
+            context.inputs = cls.__py_reactor_contract__.validate(
+                context.inputs, reactor=run.reactor_name
+            )
+        except InputValidationError as exc:
+            return fail(
+                run,
+                StepFailure(
+                    None, exc, retryable=False, work_started=False, validation_errors=exc.errors
+                ),
+            )
+    context.status = Status.RUNNING
     with running(context):  # holds belong to the root execution
         if not cls.coordination:
             return _walk(cls, run)
@@ -84,7 +98,11 @@ def execute(
 
 
 def _coordinated(cls: type[Reactor], run: Run) -> Outcome:
-    """Run the steps inside the reactor's declared coordination (taken in the fixed order)."""
+    """Run the steps inside the reactor's declared coordination (taken in the fixed order).
+
+    Holds taken before a park or a hand-off stay held (recorded in the ledger, no longer
+    extended here) for the run that picks the execution up; it adopts them.
+    """
     context = run.context
     try:
         scope = Scope(
@@ -94,9 +112,13 @@ def _coordinated(cls: type[Reactor], run: Run) -> Outcome:
             ledger=context.holds,
             holder=context.holder(None),
             emit=emitter(run, None),
+            wait=0 if run.worker is not None else None,
         )
-        admission = scope.enter()
+        admission = scope.enter(parking=run.worker is not None)
     except CoordinationError as exc:
+        parked = park_or_fail(run, None, exc)
+        if parked is not None:
+            return _parked(run, parked)
         return fail(run, StepFailure(None, exc, retryable=False, work_started=False))
     except BaseException:  # interrupted while waiting for a key: no rollback, no work ran
         context.status = Status.ABORTED
@@ -108,26 +130,41 @@ def _coordinated(cls: type[Reactor], run: Run) -> Outcome:
         run.record("halted", None, time.time(), reason=reason)
         run.emit(ev.ReactorHalted, None, reason=reason)
         return HaltedResult(context, reason=reason, step_name=None)
+    outcome: Outcome | None = None
     try:
-        return _walk(cls, run)
+        outcome = _walk(cls, run)
+        return outcome
     finally:
-        status = context.status
-        scope.exit(
-            succeeded=status is Status.COMPLETED,
-            failed=status not in (Status.COMPLETED, Status.HALTED),
-        )
+        if isinstance(outcome, ParkedResult | DispatchedResult) or getattr(run, "stale", False):
+            scope.detach()
+        else:
+            status = context.status
+            scope.exit(
+                succeeded=status is Status.COMPLETED,
+                failed=status not in (Status.COMPLETED, Status.HALTED),
+            )
 
 
 def _walk(cls: type[Reactor], run: Run) -> Outcome:
-    """Run every step not yet done, in order; roll back on failure."""
+    """Run every step not yet done, in order; roll back on failure.
+
+    In a worker the context is checkpointed after every step; in the caller the walk stops at
+    the hand-off step, if any.
+    """
     context = run.context
     plan = cls.__py_reactor_plan__
     failure: StepFailure | None = None
+    checkpoint = None if run.worker is None else run.worker.checkpoint
     try:
         for name in cls.__py_reactor_order__:
             if name in context.results:
                 continue
+            if name == run.handoff and run.worker is None:
+                context.status = Status.PENDING
+                return DispatchedResult(context)
             result = run_step(run, plan[name])
+            if isinstance(result, Parked):
+                return _parked(run, result)
             if isinstance(result, StepFailure):
                 failure = result
                 rollback(run, {n: p.declaration for n, p in plan.items()}, result)
@@ -136,6 +173,8 @@ def _walk(cls: type[Reactor], run: Run) -> Outcome:
                 context.status = Status.HALTED
                 run.emit(ev.ReactorHalted, name, reason=result.reason)
                 return HaltedResult(context, reason=result.reason, step_name=name)
+            if checkpoint is not None:
+                checkpoint(context)
     except BaseException:
         if failure is not None:
             failure.release_holds()  # interrupted before its rollback released them
@@ -145,6 +184,11 @@ def _walk(cls: type[Reactor], run: Run) -> Outcome:
     value = context.results.get(cls.returns) if cls.returns is not None else None
     run.emit(ev.ReactorCompleted, value=value)
     return SuccessResult(context, value)
+
+
+def _parked(run: Run, parked: Parked) -> ParkedResult:
+    run.context.status = Status.WAITING
+    return ParkedResult(run.context, parked)
 
 
 def fail(run: Run, failure: StepFailure) -> FailureResult:

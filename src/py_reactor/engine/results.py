@@ -14,9 +14,11 @@ from typing import Any, TypedDict
 from py_reactor.engine.context import Context
 
 __all__ = [
+    "DispatchedResult",
     "FailureResult",
     "HaltedResult",
     "Outcome",
+    "ParkedResult",
     "RollbackFailure",
     "SuccessResult",
     "nested_failure",
@@ -115,6 +117,46 @@ class HaltedResult(Outcome):
         return (
             f"<HaltedResult {_name(self.context)} step={self.step_name!r} reason={self.reason!r}>"
         )
+
+
+class ParkedResult(Outcome):
+    """The run parked in a worker (status ``"waiting"``); the worker persists and re-dispatches
+    it. Users see it as an :class:`~py_reactor.workers.Execution` with ``waiting_on``."""
+
+    __slots__ = ("parked",)
+    status = "waiting"
+
+    def __init__(self, context: Context, parked: Any) -> None:
+        super().__init__(context)
+        self.parked = parked
+
+    def __repr__(self) -> str:
+        return f"<ParkedResult {_name(self.context)} {self.parked!r}>"
+
+
+class DispatchedResult(Outcome):
+    """The run was handed to a worker; ``wait()`` returns its terminal outcome.
+
+    Attributes:
+        execution_id: the dispatched execution, for ``find`` and ``wait``.
+        results: the values of the steps that ran in the caller before the hand-off.
+    """
+
+    __slots__ = ()
+    status = "dispatched"
+
+    def wait(self, timeout: float | None = None) -> Outcome:
+        """Block until the execution ends and return its outcome (rebuilt from the store).
+
+        Raises:
+            TimeoutError: it did not end within ``timeout`` seconds.
+        """
+        from py_reactor.workers import wait
+
+        return wait(self.execution_id, timeout=timeout)
+
+    def __repr__(self) -> str:
+        return f"<DispatchedResult {_name(self.context)} id={self.execution_id}>"
 
 
 class FailureResult(Outcome):

@@ -62,6 +62,8 @@ class _ContextPayload(BaseModel):
     private: dict[str, Any]
     children: dict[str, _ContextPayload]
     holds: list[_HoldPayload] | None = None  # written with the root context only: one per tree
+    attempts: dict[str, int]
+    parks: int
 
 
 def context_to_dict(context: Context) -> dict[str, Any]:
@@ -96,6 +98,8 @@ def _body(context: Context) -> dict[str, Any]:
         "trace": to_jsonable_python(context.trace, fallback=repr),
         "private": _strict(context.private, "private data", context),
         "children": {k: _body(v) for k, v in context.children.items()},
+        "attempts": dict(context.attempts),
+        "parks": context.parks,
     }
 
 
@@ -176,4 +180,6 @@ def _build(payload: _ContextPayload, holds: Ledger) -> Context:
         private=payload.private,
         children={k: _build(v, holds) for k, v in payload.children.items()},
         holds=holds,
+        attempts=payload.attempts,
+        parks=payload.parks,
     )

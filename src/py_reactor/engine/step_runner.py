@@ -19,8 +19,9 @@ from py_reactor.dsl.reactor import StepPlan
 from py_reactor.dsl.retries import RetryPolicy
 from py_reactor.dsl.signals import Failure, Halt, Skipped, Success
 from py_reactor.engine._coordinate import StepGate
+from py_reactor.engine._park import park_or_fail
 from py_reactor.engine._resolve import resolve_arguments
-from py_reactor.engine._run import Run, StepFailure
+from py_reactor.engine._run import Parked, Run, StepFailure
 from py_reactor.engine._units import defines, make_unit
 from py_reactor.errors import ArgumentResolutionError, CoordinationError, InputValidationError
 from py_reactor.observability import events as ev
@@ -54,7 +55,7 @@ class Halted:
     reason: str
 
 
-StepResult = Completed | SkippedStep | Halted | StepFailure
+StepResult = Completed | SkippedStep | Halted | StepFailure | Parked
 
 
 def run_step(run: Run, plan: StepPlan) -> StepResult:
@@ -106,6 +107,9 @@ def run_resolved(
     try:
         admission = gate.open()
     except CoordinationError as exc:
+        parked = park_or_fail(run, name, exc)
+        if parked is not None:
+            return parked
         return _contended(run, name, values, exc, 0, started, unit, None, where)
     result: StepResult | None = None
     try:
@@ -117,6 +121,8 @@ def run_resolved(
     finally:
         if isinstance(result, StepFailure) and result.holds is not None:
             pass  # the turn goes with the other holds, once rollback has compensated
+        elif isinstance(result, Parked):
+            gate.detach()  # a parked step keeps its ordered position for when it comes back
         else:
             gate.close(failed=result is None or isinstance(result, StepFailure))
 
@@ -136,7 +142,7 @@ def _attempts(
     ``where`` (the step's coordination keys, if any) goes into its trace entries.
     """
     last: Failure | None = None  # the last attempt's failure: what compensate receives
-    attempt = 0
+    attempt = run.context.attempts.pop(name, 0)  # a retry that waited in a worker goes on
     while True:
         attempt += 1
         if gate is None:
@@ -146,6 +152,10 @@ def _attempts(
             try:
                 admission = gate.enter()
             except CoordinationError as exc:
+                parked = park_or_fail(run, name, exc)
+                if parked is not None:
+                    run.context.attempts[name] = attempt - 1  # a park is not an attempt
+                    return parked
                 return _contended(run, name, values, exc, attempt - 1, started, unit, last, where)
             if admission is not Admission.PROCEED:
                 gate.exit(succeeded=False)  # the period re-check said no after lock/semaphore
@@ -172,6 +182,9 @@ def _attempts(
                 "retry", name, started, attempt=attempt, error=_text(failure.error), delay=delay
             )
             run.emit(ev.StepRetried, name, attempt=attempt, delay=delay, error=failure.error)
+            if delay > 0 and run.worker is not None:  # never sleep in a worker: come back later
+                run.context.attempts[name] = attempt
+                return Parked(name, None, None, attempt, delay)
             if delay > 0:
                 _sleep(delay)
             started = time.time()

@@ -15,12 +15,14 @@ __all__ = [
     "CompensationFailed",
     "CompensationStarted",
     "Event",
+    "ExecutionRecovered",
     "LockAcquired",
     "LockAcquisitionFailed",
     "LockReleased",
     "ReactorCompleted",
     "ReactorFailed",
     "ReactorHalted",
+    "ReactorParked",
     "ReactorStarted",
     "RollbackFinished",
     "RollbackStarted",
@@ -29,6 +31,7 @@ __all__ = [
     "SemaphoreReleased",
     "StepCompleted",
     "StepFailed",
+    "StepParked",
     "StepRetried",
     "StepSkipped",
     "StepStarted",
@@ -235,6 +238,36 @@ class SemaphoreAcquisitionFailed(Event):
     error: Any = None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepParked(Event):
+    """A step met contention in a worker: the execution parks (no failure) until ``until``
+    (wall clock) or the release of ``key``, whichever comes first."""
+
+    name: ClassVar[str] = "step.parked"
+    primitive: str = ""
+    key: str = ""
+    attempt: int = 0
+    until: float = 0.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReactorParked(Event):
+    """The reactor's own coordination met contention in a worker: the execution parks."""
+
+    name: ClassVar[str] = "reactor.parked"
+    primitive: str = ""
+    key: str = ""
+    attempt: int = 0
+    until: float = 0.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExecutionRecovered(Event):
+    """The recovery loop made an execution due again: its runner's lease lapsed (it died)."""
+
+    name: ClassVar[str] = "execution.recovered"
+
+
 ALL_EVENTS: tuple[type[Event], ...] = (
     ReactorStarted,
     ReactorCompleted,
@@ -259,4 +292,7 @@ ALL_EVENTS: tuple[type[Event], ...] = (
     SemaphoreAcquired,
     SemaphoreReleased,
     SemaphoreAcquisitionFailed,
+    StepParked,
+    ReactorParked,
+    ExecutionRecovered,
 )

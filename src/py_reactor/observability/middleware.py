@@ -89,6 +89,15 @@ class Middleware:
     def on_semaphore_acquisition_failed(self, event: ev.SemaphoreAcquisitionFailed) -> None:
         """Every semaphore slot stayed taken for the whole wait."""
 
+    def on_step_parked(self, event: ev.StepParked) -> None:
+        """A step met contention in a worker; the execution parks instead of failing."""
+
+    def on_reactor_parked(self, event: ev.ReactorParked) -> None:
+        """The reactor's coordination met contention in a worker; the execution parks."""
+
+    def on_execution_recovered(self, event: ev.ExecutionRecovered) -> None:
+        """A dead runner's execution was made due again by the recovery loop."""
+
 
 #: Which Middleware method receives which event class.
 HOOKS: dict[type[ev.Event], str] = {
@@ -115,6 +124,9 @@ HOOKS: dict[type[ev.Event], str] = {
     ev.SemaphoreAcquired: "on_semaphore_acquired",
     ev.SemaphoreReleased: "on_semaphore_released",
     ev.SemaphoreAcquisitionFailed: "on_semaphore_acquisition_failed",
+    ev.StepParked: "on_step_parked",
+    ev.ReactorParked: "on_reactor_parked",
+    ev.ExecutionRecovered: "on_execution_recovered",
 }
 
 

@@ -1,0 +1,87 @@
+"""The one park-or-fail decision, for a reactor's own coordination and for a step's.
+
+In the caller the primitive has already waited its ``wait``, so contention fails the run. In a
+worker nothing waits (every gate answers busy at once) and contention parks the execution
+instead: persisted, thread given back, dispatched again when the key is released or the
+backstop timer fires. Parks are capped by ``park_max_attempts``; an ordered lock's turn is
+waited for without a cap; a rate limit parks for its ``retry_after``.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+
+from py_reactor.config import get_config
+from py_reactor.engine._run import Parked, Run
+from py_reactor.errors import (
+    CoordinationError,
+    LockAcquisitionError,
+    OrderedLockWaitError,
+    RateLimitExceededError,
+    SemaphoreAcquisitionError,
+)
+from py_reactor.observability import events as ev
+
+__all__ = ["CONTENTION", "backstop", "park_or_fail"]
+
+#: The errors that mean "busy now" (not a bad key, not an unreachable store).
+CONTENTION = (
+    LockAcquisitionError,
+    SemaphoreAcquisitionError,
+    RateLimitExceededError,
+    OrderedLockWaitError,
+)
+
+
+def park_or_fail(run: Run, step: str | None, exc: CoordinationError) -> Parked | None:
+    """Park the run (returns what to park on), or None: fail it with ``exc``.
+
+    When the cap is spent, ``exc``'s message says so (primitive, key and the number of parks).
+    """
+    worker = run.worker
+    if worker is None or not isinstance(exc, CONTENTION):
+        return None
+    root = run.context
+    ordered = isinstance(exc, OrderedLockWaitError)
+    if not ordered:
+        if root.parks >= worker.park_max_attempts:
+            exc.message = (
+                f"{exc.message} — gave up after {root.parks} park(s) waiting for the "
+                f"{exc.primitive} {exc.key!r} (park_max_attempts={worker.park_max_attempts:g})"
+            )
+            exc.args = (exc.message,)
+            return None
+        root.parks += 1
+    delay = backstop(getattr(exc, "retry_after", None))
+    parked = Parked(step, exc.primitive, exc.key, root.parks, delay)
+    moment = time.time() + delay
+    run.record(
+        "parked",
+        step,
+        time.time(),
+        primitive=parked.primitive,
+        key=parked.key,
+        attempt=parked.attempt,
+        until=moment,
+    )
+    event = ev.ReactorParked if step is None else ev.StepParked
+    run.emit(
+        event,
+        step,
+        primitive=parked.primitive or "",
+        key=parked.key or "",
+        attempt=parked.attempt,
+        until=moment,
+    )
+    return parked
+
+
+def backstop(delay: float | None) -> float:
+    """Seconds until a parked execution is dispatched again if nothing wakes it sooner:
+    ``delay`` when the primitive knows (a rate limit's ``retry_after``), else the configured
+    ``park_delay`` plus up to ``park_jitter``."""
+    if delay is not None:
+        return delay
+    config = get_config()
+    return config.park_delay + random.uniform(0, config.park_jitter)

@@ -1,0 +1,61 @@
+"""Background execution: dispatch to a worker, park instead of waiting, recover the dead.
+
+``configure(worker="threads")`` (the default) runs background work on a thread pool in the
+process that dispatches it, started on first dispatch or by :func:`start`. Everything an
+execution needs lives in the store, so a process restarted on the same store finishes what a
+killed one left (:func:`sweep` runs one recovery pass by hand).
+"""
+
+from __future__ import annotations
+
+import threading
+
+from py_reactor.workers.execution import TERMINAL, Execution, find, wait
+
+__all__ = ["TERMINAL", "Execution", "ensure_worker", "find", "start", "stop", "sweep", "wait"]
+
+_lock = threading.Lock()
+_worker: object | None = None
+
+
+def start() -> None:
+    """Start this process's thread worker now (it also starts on the first dispatch)."""
+    ensure_worker()
+
+
+def ensure_worker() -> None:
+    """The thread worker of this process, started if it is not running."""
+    global _worker
+    from py_reactor.config import get_config
+    from py_reactor.workers.threads import ThreadWorker
+
+    worker = _worker
+    if isinstance(worker, ThreadWorker) and worker.alive:
+        return
+    with _lock:
+        worker = _worker
+        if isinstance(worker, ThreadWorker) and worker.alive:
+            return
+        _worker = ThreadWorker(get_config().worker_threads)
+
+
+def sweep() -> tuple[list[str], list[str]]:
+    """One recovery pass: dispatch what is due (parks whose timer fired, executions whose
+    runner's lease lapsed). Returns ``(due ids, recovered ids)``."""
+    from py_reactor.workers.threads import ThreadWorker
+
+    ensure_worker()
+    worker = _worker
+    assert isinstance(worker, ThreadWorker)
+    return worker.sweep()
+
+
+def stop() -> None:
+    """Stop this process's thread worker (tests; a new dispatch starts a new one)."""
+    global _worker
+    from py_reactor.workers.threads import ThreadWorker
+
+    with _lock:
+        worker, _worker = _worker, None
+    if isinstance(worker, ThreadWorker):
+        worker.stop()

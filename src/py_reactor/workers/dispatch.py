@@ -1,0 +1,259 @@
+"""The dispatch protocol: persist, enqueue an id, claim, run until done or parked, persist.
+
+Every background execution goes through the same few moves, whoever runs it:
+
+1. ``dispatch``: the caller stores the execution (its context, holds included) *before*
+   anything is enqueued, and makes it due now.
+2. ``run_execution``: a runner claims it (epoch + lease), loads the context, imports the
+   reactor by ``module:qualname`` and executes it in worker mode, checkpointing after every
+   step (a compare-and-set on the epoch: a stale runner writes nothing).
+3. The run ends (the outcome is stored) or parks: stored ``waiting`` in the due set, and in the
+   parked list of the key it waits on, whose release makes it due at once.
+
+A runner that cannot import the reactor, or read the stored context, fails that execution with
+an error naming the cause and goes on serving.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from py_reactor.config import get_config
+from py_reactor.coordination.store import parked
+from py_reactor.dsl.reactor import Reactor
+from py_reactor.dsl.registry import class_path, lookup
+from py_reactor.engine._run import StaleExecution, WorkerMode
+from py_reactor.engine.context import Context, Status, running
+from py_reactor.engine.executor import execute
+from py_reactor.engine.results import DispatchedResult, FailureResult, Outcome, ParkedResult
+from py_reactor.engine.serializer import dumps_context, loads_context
+from py_reactor.errors import ReactorError, SerializationError
+from py_reactor.storage.executions import ExecutionStore, StoredExecution
+from py_reactor.workers.execution import outcome_to_dict
+
+__all__ = ["background_run", "dispatch", "run_execution", "worker_name"]
+
+logger = logging.getLogger("py_reactor")
+
+
+def worker_name() -> str:
+    """``host:pid:<random>``: who claimed an execution (for people reading the record)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+def _executions() -> ExecutionStore:
+    from py_reactor.storage import current_store
+
+    return ExecutionStore(current_store())
+
+
+def background_run(cls: type[Reactor], inputs: Mapping[str, Any], handoff: str) -> Outcome:
+    """``cls.run()`` of a ``@background`` reactor: the steps before ``handoff`` in the caller,
+    then persist and dispatch. Returns the caller's failure or halt if it came to one."""
+    context = Context(reactor=class_path(cls), inputs=dict(inputs))
+    first = cls.__py_reactor_order__[0] if cls.__py_reactor_order__ else None
+    if handoff == first:  # the whole run is the worker's: nothing is taken in the caller
+        try:
+            context.inputs = cls.__py_reactor_contract__.validate(
+                context.inputs, reactor=cls.__py_reactor_name__
+            )
+        except ReactorError:
+            return execute(cls, context)  # the same failure outcome a run in place gives
+        _take_ordered_position(cls, context)
+        context.status = Status.PENDING
+        outcome: Outcome = DispatchedResult(context)
+    else:
+        outcome = execute(cls, context, handoff=handoff)
+    if isinstance(outcome, DispatchedResult):
+        try:
+            dispatch(cls, context)
+        except ReactorError as exc:  # nothing was enqueued; what it holds lapses by its ttl
+            context.status = Status.FAILED
+            return FailureResult(
+                context,
+                error=exc,
+                step_name=None,
+                reactor_name=cls.__py_reactor_name__,
+                exception_class=f"{type(exc).__module__}.{type(exc).__qualname__}",
+                inputs=context.inputs,
+            )
+    return outcome
+
+
+def _take_ordered_position(cls: type[Reactor], context: Context) -> None:
+    """A reactor-level ordered lock's position is taken when ``run()`` dispatches, so
+    background executions pass in dispatch order (the worker waits for the turn)."""
+    declared = cls.coordination.get("ordered_lock")
+    if declared is None:
+        return
+    from py_reactor.coordination.scope import Scope
+
+    scope = Scope(
+        {"ordered_lock": declared},
+        context.inputs,
+        reactor=cls.__py_reactor_name__,
+        ledger=context.holds,
+        holder=context.holder(None),
+        wait=0,
+    )
+    with running(context), contextlib.suppress(Exception):
+        scope.enter(parking=True)  # busy is the common answer: the position is what we want
+    scope.detach()
+
+
+def dispatch(cls: type[Reactor], context: Context) -> None:
+    """Store the execution (before anything is enqueued) and make it due now.
+
+    Raises:
+        SerializationError: an input or result is not JSON-representable.
+        StoreUnavailableError: the store cannot be reached.
+    """
+    executions = _executions()
+    executions.create(context.execution_id, class_path(cls), dumps_context(context), "pending")
+    from py_reactor.workers import ensure_worker
+
+    ensure_worker()
+
+
+def run_execution(execution_id: str, name: str, on_claim: Any = None) -> str:
+    """Claim and run one execution until it ends or parks; what became of it.
+
+    ``on_claim(execution_id, epoch)`` / ``on_claim(execution_id, None)`` bracket the run (the
+    thread worker renews leases in between). Never raises for the execution's own problems.
+    """
+    executions = _executions()
+    config = get_config()
+    epoch = executions.claim(execution_id, name, config.execution_lease)
+    if epoch <= 0:
+        return "not claimed"
+    stored = executions.load(execution_id)
+    if stored is None:
+        return "gone"
+    try:
+        cls, context = _revive(stored)
+    except Exception as exc:
+        _unreadable(executions, stored, epoch, exc)
+        return "failed"
+
+    def checkpoint(ctx: Context) -> None:
+        if not executions.checkpoint(
+            execution_id, epoch, dumps_context(ctx), "running", lease=config.execution_lease
+        ):
+            raise StaleExecution(execution_id)
+
+    mode = WorkerMode(park_max_attempts=config.park_max_attempts, checkpoint=checkpoint)
+    if on_claim is not None:
+        on_claim(execution_id, epoch)
+    try:
+        outcome = execute(cls, context, worker=mode)
+    except StaleExecution:
+        logger.warning("py_reactor: execution %s was claimed by another runner", execution_id)
+        return "stale"
+    except SerializationError as exc:
+        outcome = FailureResult(
+            context,
+            error=exc,
+            step_name=None,
+            reactor_name=cls.__py_reactor_name__,
+            exception_class=f"{type(exc).__module__}.{type(exc).__qualname__}",
+        )
+        context.status = Status.FAILED
+    finally:
+        if on_claim is not None:
+            on_claim(execution_id, None)
+    return _settle(executions, execution_id, epoch, context, outcome)
+
+
+def _settle(
+    executions: ExecutionStore, execution_id: str, epoch: int, context: Context, outcome: Outcome
+) -> str:
+    """Store how the run ended: parked (due later, woken by the key's release) or terminal."""
+    try:
+        text = dumps_context(context)
+    except SerializationError as exc:
+        text = dumps_context(Context(reactor=context.reactor, inputs={}, execution_id=execution_id))
+        outcome = FailureResult(
+            context, error=exc, step_name=None, reactor_name=context.reactor,
+            exception_class="py_reactor.errors.SerializationError",
+        )  # fmt: skip
+        context.status = Status.FAILED
+    if isinstance(outcome, ParkedResult):
+        stop = outcome.parked
+        waiting_on = {
+            "step": stop.step,
+            "primitive": stop.primitive,
+            "key": stop.key,
+            "attempt": stop.attempt,
+            "until": _until(stop.delay),
+        }
+        on = None if stop.primitive is None else parked(stop.primitive, stop.key or "")[0]
+        written = executions.checkpoint(
+            execution_id, epoch, text, "waiting", waiting_on=waiting_on, due_in=stop.delay,
+            parked_on=on, park=stop.primitive is not None,
+        )  # fmt: skip
+        return "parked" if written else "stale"
+    status = context.status.value
+    written = executions.checkpoint(
+        execution_id, epoch, text, status, outcome=outcome_to_dict(outcome)
+    )
+    return status if written else "stale"
+
+
+def _until(delay: float | None) -> float:
+    import time
+
+    return time.time() + (delay or 0)
+
+
+def _revive(stored: StoredExecution) -> tuple[type[Reactor], Context]:
+    """The reactor class and context of a stored execution.
+
+    Raises:
+        LookupError: the class cannot be imported; SerializationError: the context is bad.
+    """
+    cls = lookup(stored.reactor)
+    if cls is None:
+        module, _, _qualname = stored.reactor.partition(":")
+        try:
+            __import__(module)
+        except Exception as exc:
+            raise LookupError(
+                f"cannot import module {module!r} of reactor {stored.reactor} "
+                f"({type(exc).__name__}: {exc}); start the worker where it is importable"
+            ) from None
+        cls = lookup(stored.reactor)
+    if cls is None or not (isinstance(cls, type) and issubclass(cls, Reactor)):
+        raise LookupError(
+            f"reactor {stored.reactor} is not defined (renamed, removed, or defined inside a "
+            "function); a worker can only run reactors it can import by module:qualname"
+        )
+    return cls, loads_context(stored.context)
+
+
+def _unreadable(
+    executions: ExecutionStore, stored: StoredExecution, epoch: int, exc: Exception
+) -> None:
+    """Fail an execution this runner cannot revive, with the cause as its error."""
+    message = f"execution {stored.id} of {stored.reactor} cannot be run here: {exc}"
+    outcome = {
+        "status": "failed",
+        "error": message,
+        "exception_class": f"{type(exc).__module__}.{type(exc).__qualname__}"
+        if type(exc).__module__ != "builtins"
+        else type(exc).__qualname__,
+        "step_name": None,
+        "reactor_name": stored.reactor.rpartition(":")[2],
+    }
+    logger.error("py_reactor: %s", message)
+    context = stored.context
+    try:
+        loads_context(context)
+    except SerializationError:
+        context = dumps_context(Context(reactor=stored.reactor, inputs={}, execution_id=stored.id))
+    executions.checkpoint(stored.id, epoch, context, "failed", outcome=outcome)

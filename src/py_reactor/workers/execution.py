@@ -1,0 +1,198 @@
+"""What a stored execution looks like to users: ``find(id)`` and the outcome ``wait()`` rebuilds.
+
+Both read the stored record only; neither needs the reactor class. An outcome is stored as JSON
+(never pickled); its error comes back as an instance of the original exception class when that
+class can be imported and built from the message (as Celery rebuilds task exceptions), else as
+the message text; ``exception_class`` always names it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from py_reactor.engine.context import Context
+from py_reactor.engine.results import FailureResult, HaltedResult, Outcome, SuccessResult
+from py_reactor.engine.serializer import loads_context
+from py_reactor.errors import SerializationError
+
+if TYPE_CHECKING:  # importing storage loads redis: only when a function here runs
+    from py_reactor.storage.executions import ExecutionStore, StoredExecution
+
+__all__ = ["TERMINAL", "Execution", "find", "outcome_from_dict", "outcome_to_dict", "wait"]
+
+#: Statuses an execution never leaves.
+TERMINAL = frozenset({"completed", "failed", "halted", "aborted", "cancelled"})
+
+
+@dataclass(frozen=True, slots=True)
+class Execution:
+    """A snapshot of one stored execution.
+
+    Attributes:
+        execution_id: its id; ``reactor`` its class as ``module:qualname``.
+        status: ``"pending"``, ``"running"``, ``"waiting"``, ``"completed"``, ``"failed"``,
+            ``"halted"``, ``"aborted"`` or ``"cancelled"``.
+        inputs, results, trace: as in its context (empty when the record cannot be read).
+        holds: what it holds now, one mapping per hold record (primitive, key, step, ...).
+        waiting_on: while parked, ``{"step", "primitive", "key", "attempt", "until"}``.
+        outcome: the terminal outcome (rebuilt), None until it ended.
+        parks: how many times it parked on contention.
+        created_at, updated_at: server-clock seconds.
+    """
+
+    execution_id: str
+    reactor: str
+    status: str
+    inputs: dict[str, Any]
+    results: dict[str, Any]
+    trace: list[dict[str, Any]]
+    holds: list[dict[str, Any]]
+    waiting_on: dict[str, Any] | None
+    outcome: Outcome | None
+    parks: int
+    created_at: float
+    updated_at: float
+
+
+def find(execution_id: str) -> Execution | None:
+    """The stored execution ``execution_id``, or None if the store does not know it."""
+    stored = _executions().load(execution_id)
+    return None if stored is None else snapshot(stored)
+
+
+def snapshot(stored: StoredExecution) -> Execution:
+    """An :class:`Execution` from a stored record (tolerating a context that does not parse)."""
+    context = _context(stored)
+    outcome = None
+    if stored.outcome is not None and context is not None:
+        outcome = outcome_from_dict(stored.outcome, context)
+    return Execution(
+        execution_id=stored.id,
+        reactor=stored.reactor,
+        status=stored.status,
+        inputs=dict(context.inputs) if context else {},
+        results=dict(context.results) if context else {},
+        trace=list(context.trace) if context else [],
+        holds=context.holds.to_list() if context else [],
+        waiting_on=stored.waiting_on,
+        outcome=outcome,
+        parks=stored.parks,
+        created_at=stored.created_at,
+        updated_at=stored.updated_at,
+    )
+
+
+def wait(execution_id: str, *, timeout: float | None = None) -> Outcome:
+    """Block until ``execution_id`` ends; its outcome, rebuilt from the store.
+
+    Raises:
+        TimeoutError: it did not end within ``timeout`` seconds.
+        LookupError: the store does not know ``execution_id``.
+    """
+    deadline = None if timeout is None else time.monotonic() + timeout
+    pause = 0.005
+    executions = _executions()
+    while True:
+        stored = executions.load(execution_id)
+        if stored is None:
+            raise LookupError(f"no execution {execution_id!r} is stored")
+        if stored.status in TERMINAL and stored.outcome is not None:
+            context = _context(stored)
+            if context is None:
+                context = Context(reactor=stored.reactor, inputs={}, execution_id=stored.id)
+            return outcome_from_dict(stored.outcome, context)
+        if deadline is not None and time.monotonic() >= deadline:
+            raise TimeoutError(
+                f"execution {execution_id} ({stored.reactor}) is still {stored.status} after "
+                f"{timeout:g} s; wait longer, or look at find({execution_id!r}).waiting_on"
+            )
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
+
+
+def outcome_to_dict(outcome: Outcome) -> dict[str, Any]:
+    """The JSON-ready form of a terminal outcome."""
+    data: dict[str, Any] = {"status": outcome.status}
+    if isinstance(outcome, SuccessResult):
+        data["value"] = _jsonable(outcome.value)
+    elif isinstance(outcome, HaltedResult):
+        data.update(reason=outcome.reason, step_name=outcome.step_name)
+    elif isinstance(outcome, FailureResult):
+        error = outcome.error
+        data.update(
+            error=str(error),
+            exception_class=outcome.exception_class,
+            step_name=outcome.step_name,
+            reactor_name=outcome.reactor_name,
+            retryable=outcome.retryable,
+            rollback_failures=_jsonable(outcome.rollback_failures),
+            validation_errors=_jsonable(outcome.validation_errors),
+            attempts=outcome.attempts,
+            backtrace=outcome.backtrace,
+            step_arguments=_jsonable(outcome.step_arguments),
+        )
+    return data
+
+
+def outcome_from_dict(data: dict[str, Any], context: Context) -> Outcome:
+    """Rebuild the outcome :func:`outcome_to_dict` stored, around ``context``."""
+    status = data.get("status")
+    if status == "completed":
+        return SuccessResult(context, data.get("value"))
+    if status == "halted":
+        return HaltedResult(
+            context, reason=str(data.get("reason")), step_name=data.get("step_name")
+        )
+    return FailureResult(
+        context,
+        error=_error(data.get("exception_class"), str(data.get("error", ""))),
+        step_name=data.get("step_name"),
+        reactor_name=str(data.get("reactor_name") or context.reactor.rpartition(":")[2]),
+        exception_class=data.get("exception_class"),
+        step_arguments=data.get("step_arguments"),
+        inputs=context.inputs,
+        retryable=bool(data.get("retryable", False)),
+        rollback_failures=list(data.get("rollback_failures") or []),
+        validation_errors=list(data.get("validation_errors") or []),
+        backtrace=data.get("backtrace"),
+        attempts=int(data.get("attempts") or 0),
+    )
+
+
+def _error(exception_class: str | None, message: str) -> Any:
+    """An instance of ``exception_class`` carrying ``message``, else the message text."""
+    if not exception_class:
+        return message
+    module_name, _, name = exception_class.rpartition(".")
+    try:
+        module = importlib.import_module(module_name or "builtins")
+        cls = getattr(module, name)
+        if isinstance(cls, type) and issubclass(cls, BaseException):
+            return cls(message)
+    except Exception:
+        pass
+    return message
+
+
+def _jsonable(value: Any) -> Any:
+    from pydantic_core import to_jsonable_python
+
+    return json.loads(json.dumps(to_jsonable_python(value, fallback=repr)))
+
+
+def _context(stored: StoredExecution) -> Context | None:
+    try:
+        return loads_context(stored.context)
+    except SerializationError:
+        return None
+
+
+def _executions() -> ExecutionStore:
+    from py_reactor.storage import current_store
+    from py_reactor.storage.executions import ExecutionStore
+
+    return ExecutionStore(current_store())

@@ -1,0 +1,121 @@
+"""The thread worker: background executions on a thread pool of the dispatching process.
+
+One dispatcher thread blocks on the ready list (a dispatch, or the release of a key an
+execution parked on, pushes to it) and hands ids to the pool; about once a second it also runs
+the recovery pass (what is due by its timer, what a dead runner's lapsed lease left) and renews
+the leases of the executions this process runs. State lives in the store, so another process
+with the same store picks up what this one leaves behind.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from py_reactor.config import get_config
+from py_reactor.observability import events as ev
+from py_reactor.observability.middleware import emit
+from py_reactor.workers.dispatch import _executions, run_execution, worker_name
+
+__all__ = ["ThreadWorker"]
+
+logger = logging.getLogger("py_reactor")
+
+#: Seconds between recovery passes (and the longest a dispatcher blocks on the ready list).
+SWEEP_EVERY = 0.5
+
+
+class ThreadWorker:
+    """Runs background executions on ``threads`` threads of this process."""
+
+    def __init__(self, threads: int) -> None:
+        self.name = worker_name()
+        self.threads = threads
+        self._pool = ThreadPoolExecutor(threads, thread_name_prefix="py_reactor-worker")
+        self._queued: set[str] = set()  # ids submitted and not finished: never twice at once
+        self._running: dict[str, int] = {}  # id -> epoch, for lease renewal
+        self._guard = threading.Lock()
+        self._stopped = threading.Event()
+        self._pid = os.getpid()
+        self._thread = threading.Thread(
+            target=self._loop, name="py_reactor-dispatcher", daemon=True
+        )
+        self._thread.start()
+
+    @property
+    def alive(self) -> bool:
+        """Whether this worker still serves (in this very process)."""
+        return self._pid == os.getpid() and not self._stopped.is_set()
+
+    def submit(self, execution_id: str) -> None:
+        """Run ``execution_id`` on the pool unless it is queued or running here already."""
+        with self._guard:
+            if execution_id in self._queued:
+                return
+            self._queued.add(execution_id)
+        self._pool.submit(self._run, execution_id)
+
+    def sweep(self) -> tuple[list[str], list[str]]:
+        """One recovery pass: submit what is due; ``(due ids, ids recovered from a lapsed
+        lease)``."""
+        due, lapsed = _executions().due()
+        for execution_id in lapsed:
+            middleware = get_config().middleware
+            if middleware:
+                emit(middleware, ev.ExecutionRecovered(execution_id=execution_id, reactor=""))
+            logger.info(
+                "py_reactor: execution %s lost its runner; dispatching it again", execution_id
+            )
+        for execution_id in due:
+            self.submit(execution_id)
+        return due, lapsed
+
+    def stop(self) -> None:
+        """Stop taking work (running executions finish)."""
+        self._stopped.set()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def _run(self, execution_id: str) -> None:
+        try:
+            run_execution(execution_id, self.name, on_claim=self._claimed)
+        except Exception:
+            logger.exception("py_reactor: running execution %s failed", execution_id)
+        finally:
+            with self._guard:
+                self._queued.discard(execution_id)
+
+    def _claimed(self, execution_id: str, epoch: int | None) -> None:
+        with self._guard:
+            if epoch is None:
+                self._running.pop(execution_id, None)
+            else:
+                self._running[execution_id] = epoch
+
+    def _loop(self) -> None:
+        last = 0.0
+        while not self._stopped.is_set():
+            try:
+                executions = _executions()  # the configured store: it may change (tests)
+                ready = executions.next_ready(SWEEP_EVERY)
+                if ready is not None:
+                    self.submit(ready)
+                now = time.monotonic()
+                if now - last >= SWEEP_EVERY:
+                    last = now
+                    self.sweep()
+                    self._renew(executions)
+            except Exception:
+                if self._stopped.is_set():
+                    return
+                logger.exception("py_reactor: the thread worker's dispatcher hit an error")
+                time.sleep(SWEEP_EVERY)
+
+    def _renew(self, executions: object) -> None:
+        lease = get_config().execution_lease
+        with self._guard:
+            running = list(self._running.items())
+        for execution_id, epoch in running:
+            executions.renew(execution_id, epoch, lease)  # type: ignore[attr-defined]

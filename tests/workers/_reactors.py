@@ -1,0 +1,152 @@
+"""Module-level reactors for the background tests (a worker finds reactors by module:qualname).
+
+Behaviour is looked up per test key in ``HOOKS``, so one class serves many tests.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from py_reactor import (
+    Failure,
+    Reactor,
+    Result,
+    background,
+    retries,
+    step,
+    with_lock,
+    with_rate_limit,
+)
+
+#: test key -> what a step body does (called with the step's name and arguments).
+HOOKS: dict[str, Callable[..., Any]] = {}
+
+
+def hook(key: str, name: str, **values: Any) -> Any:
+    action = HOOKS.get(key)
+    return None if action is None else action(name, **values)
+
+
+@background
+class Whole(Reactor):
+    key: str
+    n: int
+
+    @step
+    def first(key: str, n: int) -> int:
+        hook(key, "first")
+        return n + 1
+
+    @step(x=Result("first"))
+    def second(key: str, x: int) -> int:
+        hook(key, "second")
+        return x * 2
+
+    returns = "second"
+
+
+@background(after="first")
+class After(Whole):
+    pass
+
+
+@background(before="second")
+class Before(Whole):
+    pass
+
+
+@background
+class LockedStep(Reactor):
+    """``reserve`` (no lock), then ``charge`` under the lock on ``key``."""
+
+    key: str
+
+    @step
+    def reserve(key: str) -> str:
+        hook(key, "reserve")
+        return "reserved"
+
+    @reserve.undo
+    def unreserve(result: str, key: str) -> None:
+        hook(key, "undo reserve")
+
+    @step(wait_for=["reserve"])
+    @with_lock(lambda args: args["key"], ttl=10)
+    def charge(key: str) -> str:
+        hook(key, "charge")
+        return "charged"
+
+    @charge.compensate
+    def refund(error: Any, key: str) -> None:
+        hook(key, "compensate charge")
+
+    returns = "charge"
+
+
+@background
+@with_lock(lambda args: f"outer:{args['key']}", ttl=10)
+class LockedBoth(Reactor):
+    """The reactor holds ``outer:<key>``; its step wants ``<key>``."""
+
+    key: str
+
+    @step
+    @with_lock(lambda args: args["key"], ttl=10)
+    def charge(key: str) -> str:
+        hook(key, "charge")
+        return "charged"
+
+    returns = "charge"
+
+
+@background
+@with_lock(lambda args: args["key"], ttl=10)
+class LockedReactor(Reactor):
+    key: str
+
+    @step
+    def work(key: str) -> str:
+        hook(key, "work")
+        return "done"
+
+    returns = "work"
+
+
+@background
+class Limited(Reactor):
+    key: str
+
+    @step
+    @with_rate_limit(lambda args: args["key"], limit=1, period=2)
+    def call(key: str) -> float:
+        hook(key, "call")
+        return time.time()
+
+    returns = "call"
+
+
+@background
+class Flaky(Reactor):
+    """``attempt`` fails on its first attempt, then succeeds (backoff 1 s, fixed)."""
+
+    key: str
+
+    @step
+    @retries(max_attempts=2, backoff="fixed", base_delay=1.0)
+    def attempt(key: str) -> str:
+        outcome = hook(key, "attempt")
+        return outcome if outcome is not None else "ok"
+
+    returns = "attempt"
+
+
+def fail_first(tries: list[str]) -> Callable[..., Any]:
+    """A hook that fails the first time it is called, records every call in ``tries``."""
+
+    def action(name: str, **_: Any) -> Any:
+        tries.append(name)
+        return Failure("first attempt fails") if len(tries) == 1 else None
+
+    return action

@@ -1,0 +1,289 @@
+"""Background execution on the thread worker: hand-off, parking instead of failing, waking on
+release, the park cap, holds kept across a park, rate limits and retries in a worker.
+
+Real store (the session's private redis-server), real threads; every park is observed through
+the stored record, never assumed from timing.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from py_reactor import (
+    Lock,
+    Middleware,
+    RateLimit,
+    Reactor,
+    background,
+    configure,
+    find,
+    step,
+    workers,
+)
+from py_reactor.errors import DefinitionError, LockAcquisitionError
+from py_reactor.observability import events as ev
+from tests.workers import _reactors as r
+
+
+@pytest.fixture(autouse=True)
+def _store(redis_url: str) -> Iterator[None]:
+    configure(redis_url=redis_url, park_delay=5.0, park_jitter=0.0)
+    yield
+    r.HOOKS.clear()
+
+
+def until(condition: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.005)
+
+
+def status(execution_id: str) -> str | None:
+    found = find(execution_id)
+    return None if found is None else found.status
+
+
+def ran(key: str) -> list[str]:
+    calls: list[str] = []
+    r.HOOKS[key] = lambda name, **_: calls.append(name)
+    return calls
+
+
+# -- hand-off ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("reactor", "in_caller"), [(r.Whole, {}), (r.After, {"first": 4}), (r.Before, {"first": 4})]
+)
+def test_run_returns_dispatched_at_once_and_wait_returns_the_outcome(
+    reactor: type[Reactor], in_caller: dict[str, int], key: str
+) -> None:
+    """@background, after= and before=: the caller gets a DispatchedResult with the results of
+    the steps that ran in it; wait() returns the terminal outcome; find() reads it back."""
+    calls = ran(key)
+    out = reactor.run(key=key, n=3)
+    assert out.status == "dispatched"
+    assert dict(out.results) == in_caller
+    done = out.wait(timeout=10)
+    assert done.is_success, done
+    assert done.value == 8
+    assert calls == ["first", "second"]
+    found = find(out.execution_id)
+    assert found is not None
+    assert found.status == "completed"
+    assert found.results == {"first": 4, "second": 8}
+    assert found.outcome is not None
+    assert found.outcome.value == 8
+    assert reactor.find(out.execution_id) is not None
+
+
+def test_bad_inputs_fail_in_the_caller_and_dispatch_nothing(key: str) -> None:
+    outcome = r.Whole.run(key=key, n="not a number")
+    assert outcome.status == "failed"
+    assert find(outcome.execution_id) is None
+
+
+def test_hand_off_mistakes_are_refused_at_class_definition() -> None:
+    with pytest.raises(DefinitionError, match="after= or before="):
+        background(after="a", before="b")
+    with pytest.raises(DefinitionError, match="no step 'nope'"):
+        background(before="nope")(_module_level_copy())
+    with pytest.raises(DefinitionError, match="already has a hand-off"):
+        background(r.Whole)
+    with pytest.raises(DefinitionError, match="inside a function"):
+
+        @background
+        class Local(Reactor):
+            @step
+            def a() -> int:
+                return 1
+
+
+def _module_level_copy() -> type[Reactor]:
+    cls = type("Copy", (Reactor,), {"a": step(lambda: 1)})
+    cls.__qualname__ = "Copy"
+    return cls
+
+
+# -- park instead of fail, wake on release -------------------------------------------------------
+
+
+class Recorder(Middleware):
+    def __init__(self) -> None:
+        self.events: list[ev.Event] = []
+
+    def on_step_parked(self, event: ev.StepParked) -> None:
+        self.events.append(event)
+
+    def on_reactor_parked(self, event: ev.ReactorParked) -> None:
+        self.events.append(event)
+
+    def on_step_failed(self, event: ev.StepFailed) -> None:
+        self.events.append(event)
+
+    def on_reactor_failed(self, event: ev.ReactorFailed) -> None:
+        self.events.append(event)
+
+
+def test_a_step_that_meets_a_held_lock_parks_and_the_release_wakes_it(key: str) -> None:
+    """Status "waiting" with waiting_on, a "parked" trace entry and a StepParked event (no
+    failure event); the release of the key resumes it at once (well before the 5 s backstop);
+    the step before it is not re-run."""
+    recorder = Recorder()
+    configure(middleware=[recorder])
+    calls = ran(key)
+    held = Lock(key, owner="someone-else", ttl=30).acquire()
+    out = r.LockedStep.run(key=key)
+    until(lambda: status(out.execution_id) == "waiting", "the park")
+    parked = find(out.execution_id)
+    assert parked is not None
+    assert parked.waiting_on is not None
+    assert parked.waiting_on["step"] == "charge"
+    assert parked.waiting_on["primitive"] == "lock"
+    assert parked.waiting_on["key"] == key
+    assert parked.waiting_on["attempt"] == 1
+    assert [e["type"] for e in parked.trace] == ["run", "parked"]
+    assert [type(e) for e in recorder.events] == [ev.StepParked]
+    released = time.monotonic()
+    held.release()
+    done = out.wait(timeout=10)
+    assert time.monotonic() - released < 2.0  # woken by the release, not the 5 s timer
+    assert done.is_success, done
+    assert calls == ["reserve", "charge"]
+    assert [type(e) for e in recorder.events] == [ev.StepParked]
+    assert Lock(key).state().owner is None
+
+
+def test_two_contending_runs_both_complete_only_the_loser_parks_nothing_overlaps(
+    key: str,
+) -> None:
+    """Two background runs want one step lock: both complete, one parks once, no compensate
+    or undo runs, and the two bodies never overlap."""
+    inside: list[int] = []
+    spans: list[tuple[str, float, float]] = []
+    calls: list[str] = []
+    guard = threading.Lock()
+
+    def body(name: str, **_: Any) -> None:
+        calls.append(name)
+        if name != "charge":
+            return
+        with guard:
+            inside.append(1)
+            assert len(inside) == 1
+        start = time.monotonic()
+        time.sleep(0.3)
+        with guard:
+            inside.pop()
+            spans.append((threading.current_thread().name, start, time.monotonic()))
+
+    r.HOOKS[key] = body
+    first, second = r.LockedStep.run(key=key), r.LockedStep.run(key=key)
+    done = [first.wait(timeout=20), second.wait(timeout=20)]
+    assert all(o.is_success for o in done), done
+    parks = sorted(find(o.execution_id).parks for o in (first, second))  # type: ignore[union-attr]
+    assert parks == [0, 1]
+    assert "compensate charge" not in calls
+    assert "undo reserve" not in calls
+    (a, b) = sorted(spans, key=lambda s: s[1])
+    assert a[2] <= b[1]
+
+
+def test_holds_taken_before_a_park_stay_held_while_parked(key: str) -> None:
+    """The reactor's own lock stays held while its step is parked: nobody else takes it."""
+    ran(key)
+    held = Lock(key, owner="someone-else", ttl=30).acquire()
+    out = r.LockedBoth.run(key=key)
+    until(lambda: status(out.execution_id) == "waiting", "the park")
+    with pytest.raises(LockAcquisitionError):
+        Lock(f"outer:{key}", owner="another").acquire()
+    outer = Lock(f"outer:{key}").state()
+    assert outer.owner == out.execution_id
+    held.release()
+    assert out.wait(timeout=10).is_success
+    assert Lock(f"outer:{key}").state().owner is None
+    trace = find(out.execution_id).trace  # type: ignore[union-attr]
+    assert [e["type"] for e in trace] == ["parked", "run"]
+
+
+def test_reactor_level_contention_parks_with_step_none(key: str) -> None:
+    recorder = Recorder()
+    configure(middleware=[recorder])
+    ran(key)
+    held = Lock(key, owner="someone-else", ttl=30).acquire()
+    out = r.LockedReactor.run(key=key)
+    until(lambda: status(out.execution_id) == "waiting", "the park")
+    waiting = find(out.execution_id).waiting_on  # type: ignore[union-attr]
+    assert waiting is not None
+    assert waiting["step"] is None
+    assert waiting["primitive"] == "lock"
+    assert [type(e) for e in recorder.events] == [ev.ReactorParked]
+    held.release()
+    assert out.wait(timeout=10).is_success
+
+
+def test_the_park_cap_fails_the_run_naming_key_primitive_and_parks(key: str) -> None:
+    """park_max_attempts=2 with the key held throughout: the third contention fails the run
+    with LockAcquisitionError naming the lock, the key and the parks; reserve is undone, the
+    failed charge is not compensated (its work never ran) and nothing is left held."""
+    configure(park_max_attempts=2, park_delay=0.05, park_jitter=0.0)
+    calls = ran(key)
+    held = Lock(key, owner="someone-else", ttl=30).acquire()
+    try:
+        done = r.LockedStep.run(key=key).wait(timeout=10)
+    finally:
+        held.release()
+    assert not done.is_success
+    assert done.exception_class == "py_reactor.errors.LockAcquisitionError"
+    assert isinstance(done.error, LockAcquisitionError)
+    assert key in str(done.error)
+    assert "2 park(s)" in str(done.error)
+    assert calls == ["reserve", "undo reserve"]
+    found = find(done.execution_id)
+    assert found is not None
+    assert found.holds == []
+
+
+def test_a_rate_limited_step_parks_for_retry_after_and_is_charged_once(key: str) -> None:
+    """1 call per 2 s: the second run parks until the window reopens (not the 5 s timer), and
+    each run is counted once."""
+    ran(key)
+    first = r.Limited.run(key=key).wait(timeout=10)
+    second = r.Limited.run(key=key)
+    until(lambda: status(second.execution_id) == "waiting", "the park")
+    waiting = find(second.execution_id).waiting_on  # type: ignore[union-attr]
+    assert waiting is not None
+    assert waiting["primitive"] == "rate_limit"
+    assert waiting["until"] - time.time() <= 2.5
+    done = second.wait(timeout=10)
+    assert done.is_success, done
+    assert done.value - first.value >= 0.5  # ran in a later window
+    assert sum(RateLimit(key, limit=1, period=2).usage().values()) <= 1
+
+
+def test_a_retry_in_a_worker_waits_in_the_parked_set_not_in_a_thread(key: str) -> None:
+    """One worker thread: while Flaky waits out its 1 s backoff, another run is served."""
+    workers.stop()
+    configure(worker_threads=1)
+    tries: list[str] = []
+    r.HOOKS[key] = r.fail_first(tries)
+    other = f"{key}-other"
+    ran(other)
+    flaky = r.Flaky.run(key=key)
+    until(lambda: status(flaky.execution_id) == "waiting", "the retry's park")
+    quick = r.Whole.run(key=other, n=1).wait(timeout=5)
+    assert quick.is_success
+    assert status(flaky.execution_id) == "waiting"  # still waiting out its backoff
+    done = flaky.wait(timeout=10)
+    assert done.is_success, done
+    assert tries == ["attempt", "attempt"]
+    trace = [e["type"] for e in find(flaky.execution_id).trace]  # type: ignore[union-attr]
+    assert trace == ["retry", "run"]
+    workers.stop()
