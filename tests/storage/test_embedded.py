@@ -241,3 +241,20 @@ def test_a_stale_pid_file_naming_another_redis_server_does_not_block_starting(
     with Lock(key):
         assert _server_pid(current_store()) != private_redis.process.pid
     assert len(_servers_in(folder)) == 1
+
+
+def test_what_the_server_holds_survives_its_own_kill(folder: str, key: str) -> None:
+    """The embedded server keeps an append-only file (fsync every second): a value written
+    more than a second before a kill -9 of the server is there after the restart."""
+    first = embedded_store(folder)
+    pid = _server_pid(first)
+    first.client.set(f"durable:{key}", "kept")
+    time.sleep(1.5)  # the everysec fsync has run
+    first.client.close()
+    os.kill(pid, signal.SIGKILL)
+    _until(lambda: not _servers_in(folder), "the server to die")
+    configure(embedded_dir=folder)
+    again = current_store()
+    assert isinstance(again, RedisStore)
+    assert _server_pid(again) != pid
+    assert again.client.get(f"durable:{key}") == "kept"

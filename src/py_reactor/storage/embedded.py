@@ -221,7 +221,11 @@ def _start(folder: Path, socket: Path) -> redis.Redis:
         "--logfile", str(log),
         "--dir", str(folder),
         "--save", "",
-        "--appendonly", "no",
+        # What it holds (stored executions included) survives a restart of the server itself:
+        # an append-only file in its folder, fsynced every second, replayed on start.
+        "--appendonly", "yes",
+        "--appendfsync", "everysec",
+        "--appendfilename", "py_reactor.aof",
     ]  # fmt: skip
     try:
         subprocess.run(command, check=True, capture_output=True, timeout=START_TIMEOUT)
