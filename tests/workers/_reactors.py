@@ -17,6 +17,7 @@ from py_reactor import (
     retries,
     step,
     with_lock,
+    with_ordered_lock,
     with_rate_limit,
 )
 
@@ -150,3 +151,40 @@ def fail_first(tries: list[str]) -> Callable[..., Any]:
         return Failure("first attempt fails") if len(tries) == 1 else None
 
     return action
+
+
+def _sequence(args: Any) -> str:
+    return f"seq:{args['key']}"
+
+
+class OrderedInCaller(Reactor):
+    """Not background: a step-level ordered lock with no wait= in the calling process."""
+
+    key: str
+
+    @step
+    @with_ordered_lock(_sequence)
+    def ordered(key: str) -> str:
+        hook(key, "ordered")
+        return "passed"
+
+    returns = "ordered"
+
+
+@background
+class OrderedStep(OrderedInCaller):
+    pass
+
+
+@background
+@with_ordered_lock(_sequence)
+class OrderedReactor(Reactor):
+    key: str
+    label: str
+
+    @step
+    def note(key: str, label: str) -> str:
+        hook(key, "note", label=label)
+        return label
+
+    returns = "note"

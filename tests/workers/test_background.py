@@ -287,3 +287,74 @@ def test_a_retry_in_a_worker_waits_in_the_parked_set_not_in_a_thread(key: str) -
     trace = [e["type"] for e in find(flaky.execution_id).trace]  # type: ignore[union-attr]
     assert trace == ["retry", "run"]
     workers.stop()
+
+
+# -- ordered locks -------------------------------------------------------------------------------
+
+
+def test_out_of_turn_in_the_caller_fails_at_once_without_poisoning_the_chain(key: str) -> None:
+    """A step-level ordered lock with no wait=, in the calling process: out of turn it fails
+    at once with OrderedLockWaitError (never retried); once the line moves on, the next run
+    passes normally (strict mode did not short-circuit it)."""
+    from py_reactor import OrderedLock
+    from py_reactor.errors import OrderedLockWaitError
+
+    calls = ran(key)
+    line = OrderedLock(f"seq:{key}")
+    first = line.take_position()
+    started = time.monotonic()
+    refused = r.OrderedInCaller.run(key=key)
+    assert time.monotonic() - started < 2.0
+    assert not refused.is_success
+    assert isinstance(refused.error, OrderedLockWaitError)
+    assert calls == []
+    line.wait_turn(first).release(failed=False)
+    passed = r.OrderedInCaller.run(key=key)
+    assert passed.is_success, passed
+    assert passed.value == "passed"
+    assert calls == ["ordered"]
+
+
+def test_an_ordered_step_in_a_worker_parks_uncapped_until_its_turn(key: str) -> None:
+    """Out of turn in a worker: it parks (primitive "ordered_lock") without spending the park
+    cap, keeps its position, and passes when the turn comes."""
+    from py_reactor import OrderedLock
+
+    configure(park_max_attempts=0, park_delay=0.1, park_jitter=0.0)
+    ran(key)
+    line = OrderedLock(f"seq:{key}")
+    first = line.take_position()
+    out = r.OrderedStep.run(key=key)
+    until(lambda: status(out.execution_id) == "waiting", "the park")
+    time.sleep(0.5)  # several backstop rounds: each parks again, none counts
+    found = find(out.execution_id)
+    assert found is not None
+    assert found.waiting_on is not None
+    assert found.waiting_on["primitive"] == "ordered_lock"
+    assert found.parks == 0
+    positions = [h["data"]["number"] for h in found.holds if h["primitive"] == "ordered_lock"]
+    assert positions == [2]
+    line.wait_turn(first).release(failed=False)
+    done = out.wait(timeout=10)
+    assert done.is_success, done
+    assert line.state().drained
+
+
+def test_reactor_level_ordered_positions_follow_dispatch_order(key: str) -> None:
+    """Five background runs of a reactor-level ordered lock run in the order run() dispatched
+    them, whatever order the worker threads pick them up in."""
+    seen: list[str] = []
+    r.HOOKS[key] = lambda name, label, **_: seen.append(label)
+    outs = [r.OrderedReactor.run(key=key, label=str(n)) for n in range(5)]
+    # Each position was taken by run() itself, in dispatch order, before any worker ran it.
+    taken = [
+        (rec.data["epoch"], rec.data["number"])
+        for out in outs
+        for rec in out.context.holds
+        if rec.primitive == "ordered_lock"
+    ]
+    assert len(taken) == 5
+    assert taken == sorted(taken)
+    for out in outs:
+        assert out.wait(timeout=20).is_success
+    assert seen == ["0", "1", "2", "3", "4"]

@@ -229,7 +229,10 @@ def with_ordered_lock(
         strict: after a failure, later positions of the same sequence stop without running
             (a reactor halts, a step is skipped; reason "ordered_lock") until the sequence
             drains.
-        wait: seconds to wait for this position's turn (None: as long as it takes).
+        wait: seconds to wait for this position's turn. None (the default): a reactor waits
+            as long as it takes; a step run in the calling process does not wait (out of turn
+            it fails at once with OrderedLockWaitError, and its position is given up so the
+            line goes on). In a worker nothing waits: the execution parks until its turn.
     """
     _check_key("with_ordered_lock", key)
     return _declarer(

@@ -63,7 +63,7 @@ class StepGate:
         parking = run.worker is not None  # a worker parks instead of waiting: wait 0
         self.parking = parking
 
-        def scope(names: Mapping[str, Declaration]) -> Scope | None:
+        def scope(names: Mapping[str, Declaration], wait: float | None) -> Scope | None:
             if not names:
                 return None
             return Scope(
@@ -74,12 +74,15 @@ class StepGate:
                 ledger=run.context.holds,
                 holder=run.context.holder(step),
                 emit=emitter(run, step),
-                wait=0 if parking else None,
+                wait=0 if parking else wait,
             )
 
         ordered = {n: d for n, d in declarations.items() if n == "ordered_lock"}
-        self._turn = scope(ordered)
-        self._work = scope({n: d for n, d in declarations.items() if n != "ordered_lock"})
+        # In the caller, a step's ordered turn waits only if the declaration gives wait=: out
+        # of turn it fails at once (the position is abandoned, not failed: the chain goes on).
+        given = getattr(ordered.get("ordered_lock"), "wait", None)
+        self._turn = scope(ordered, 0 if given is None else None)
+        self._work = scope({n: d for n, d in declarations.items() if n != "ordered_lock"}, None)
         keys: dict[str, str] = {}
         for part in (self._turn, self._work):
             if part is not None:

@@ -195,7 +195,7 @@ def _settle(
         on = None if stop.primitive is None else parked(stop.primitive, stop.key or "")[0]
         written = executions.checkpoint(
             execution_id, epoch, text, "waiting", waiting_on=waiting_on, due_in=stop.delay,
-            parked_on=on, park=stop.primitive is not None,
+            parked_on=on, park=stop.primitive not in (None, "ordered_lock"),  # as the cap counts
         )  # fmt: skip
         return "parked" if written else "stale"
     status = context.status.value
