@@ -14,6 +14,7 @@ from py_reactor import (
     Reactor,
     Result,
     background,
+    compose,
     retries,
     step,
     with_lock,
@@ -188,3 +189,41 @@ class OrderedReactor(Reactor):
         return label
 
     returns = "note"
+
+
+class Kid(Reactor):
+    """A composed child: ``prepare``, then ``charge`` under the lock on ``key``."""
+
+    key: str
+
+    @step
+    def prepare(key: str) -> str:
+        hook(key, "kid prepare")
+        return "prepared"
+
+    @step(wait_for=["prepare"])
+    @with_lock(lambda args: args["key"], ttl=10)
+    def charge(key: str) -> str:
+        hook(key, "kid charge")
+        return "charged"
+
+    returns = "charge"
+
+
+@background
+class Parent(Reactor):
+    key: str
+
+    @step
+    def before(key: str) -> str:
+        hook(key, "before")
+        return "ok"
+
+    kid = compose(Kid)
+
+    @step(value=Result("kid"))
+    def after(key: str, value: str) -> str:
+        hook(key, "after")
+        return value
+
+    returns = "after"

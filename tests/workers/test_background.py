@@ -358,3 +358,25 @@ def test_reactor_level_ordered_positions_follow_dispatch_order(key: str) -> None
     for out in outs:
         assert out.wait(timeout=20).is_success
     assert seen == ["0", "1", "2", "3", "4"]
+
+
+def test_a_composed_child_parks_the_whole_execution_and_resumes_inside_the_child(
+    key: str,
+) -> None:
+    """The child's step meets a held lock in a worker: the execution parks with step
+    "kid.charge" (in waiting_on and the root trace); on release it resumes inside the child,
+    whose first step is not run again."""
+    calls = ran(key)
+    held = Lock(key, owner="someone-else", ttl=30).acquire()
+    out = r.Parent.run(key=key)
+    until(lambda: status(out.execution_id) == "waiting", "the park")
+    found = find(out.execution_id)
+    assert found is not None
+    assert found.waiting_on is not None
+    assert found.waiting_on["step"] == "kid.charge"
+    assert [e["step"] for e in found.trace if e["type"] == "parked"] == ["kid.charge"]
+    held.release()
+    done = out.wait(timeout=10)
+    assert done.is_success, done
+    assert done.value == "charged"
+    assert calls == ["before", "kid prepare", "kid charge", "after"]

@@ -42,7 +42,8 @@ def park_or_fail(run: Run, step: str | None, exc: CoordinationError) -> Parked |
     worker = run.worker
     if worker is None or not isinstance(exc, CONTENTION):
         return None
-    root = run.context
+    root = worker.root or run.context
+    path = (worker.prefix + step) if step is not None else (worker.prefix.rstrip(".") or None)
     ordered = isinstance(exc, OrderedLockWaitError)
     if not ordered:
         if root.parks >= worker.park_max_attempts:
@@ -54,21 +55,25 @@ def park_or_fail(run: Run, step: str | None, exc: CoordinationError) -> Parked |
             return None
         root.parks += 1
     delay = backstop(getattr(exc, "retry_after", None))
-    parked = Parked(step, exc.primitive, exc.key, root.parks, delay)
+    parked = Parked(path, exc.primitive, exc.key, root.parks, delay)
     moment = time.time() + delay
-    run.record(
-        "parked",
-        step,
-        time.time(),
-        primitive=parked.primitive,
-        key=parked.key,
-        attempt=parked.attempt,
-        until=moment,
+    started = time.time()
+    root.trace.append(
+        {
+            "type": "parked",
+            "step": path,
+            "started_at": started,
+            "finished_at": started,
+            "primitive": parked.primitive,
+            "key": parked.key,
+            "attempt": parked.attempt,
+            "until": moment,
+        }
     )
-    event = ev.ReactorParked if step is None else ev.StepParked
+    event = ev.ReactorParked if path is None or step is None else ev.StepParked
     run.emit(
         event,
-        step,
+        path,
         primitive=parked.primitive or "",
         key=parked.key or "",
         attempt=parked.attempt,

@@ -33,12 +33,16 @@ class WorkerMode:
 
     Attributes:
         park_max_attempts: parks on contention an execution may make (ordered turns exempt).
-        checkpoint: called after every step with the context, to persist it; raises
-            :class:`StaleExecution` when another runner owns the execution now.
+        checkpoint: called after every step (of the root or of a composed child) to persist
+            the root context; raises :class:`StaleExecution` when another runner owns it now.
+        root: the root context, where parks are counted and traced.
+        prefix: the dotted path of the composed child running now (``"child."``).
     """
 
     park_max_attempts: float
     checkpoint: Callable[[Context], None] | None = None
+    root: Context | None = None  # the execution's root context: parks are counted and traced
+    prefix: str = ""  # "child." while a composed child runs: parks name "child.charge"
 
 
 class StaleExecution(Exception):

@@ -6,6 +6,7 @@ The step runner and rollback call ``guard()``, ``run()``, ``compensate(error)`` 
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from py_reactor.dsl._inputs import Inputs
@@ -13,7 +14,7 @@ from py_reactor.dsl.declaration import StepDeclaration, StepKind
 from py_reactor.dsl.registry import class_path
 from py_reactor.dsl.signals import Failure, Halt, Success
 from py_reactor.dsl.step import Step
-from py_reactor.engine.context import Context
+from py_reactor.engine.context import Context, Status
 from py_reactor.engine.results import nested_failure
 
 if TYPE_CHECKING:
@@ -87,9 +88,18 @@ class _ReactorUnit:
 
         child_cls = self.decl.target
         parent_context: Context = self.parent.context
-        child = parent_context.child(class_path(child_cls), dict(self.values))
-        parent_context.children[self.name] = child
-        outcome = execute(child_cls, child, middleware=self.parent.middleware, validated=True)
+        worker = self.parent.worker
+        child = parent_context.children.get(self.name)
+        if child is None or child.status is not Status.WAITING:  # else: a parked child resumes
+            child = parent_context.child(class_path(child_cls), dict(self.values))
+            parent_context.children[self.name] = child
+        if worker is not None:  # parks inside the child are named "<this step>.<its step>"
+            worker = dataclasses.replace(worker, prefix=f"{worker.prefix}{self.name}.")
+        outcome = execute(
+            child_cls, child, middleware=self.parent.middleware, validated=True, worker=worker
+        )
+        if outcome.status == "waiting":
+            return outcome.parked  # type: ignore[attr-defined]
         if outcome.status == "completed":
             return Success(outcome.value)
         if outcome.status == "halted":

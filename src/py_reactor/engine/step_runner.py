@@ -169,6 +169,8 @@ def _attempts(
             if not (isinstance(signal, Failure) and not _retrying(signal, attempt, policy)):
                 gate.exit(succeeded=isinstance(signal, Success))
             # else: a final failure keeps its holds until rollback has run its compensate
+        if isinstance(signal, Parked):
+            return signal
         if isinstance(signal, Success):
             return _complete(run, name, values, signal.value, attempt, started, where)
         if isinstance(signal, Skipped):
@@ -222,8 +224,9 @@ def _retrying(failure: Failure, attempt: int, policy: RetryPolicy | None) -> boo
     return failure.retryable and policy is not None and attempt < policy.max_attempts
 
 
-def _work(unit: Any) -> Success | Failure | Halt | Skipped:
-    """Run the unit's work once; an exception becomes a (retryable) failure."""
+def _work(unit: Any) -> Success | Failure | Halt | Skipped | Parked:
+    """Run the unit's work once; an exception becomes a (retryable) failure. A composed child
+    that parked in a worker answers ``Parked``: the whole execution parks."""
     try:
         return _as_signal(unit.run())
     except Exception as exc:
@@ -274,8 +277,8 @@ def _contended(
     )
 
 
-def _as_signal(raw: Any) -> Success | Failure | Halt | Skipped:
-    if isinstance(raw, Success | Failure | Halt | Skipped):
+def _as_signal(raw: Any) -> Success | Failure | Halt | Skipped | Parked:
+    if isinstance(raw, Success | Failure | Halt | Skipped | Parked):
         return raw
     return Success(raw)
 

@@ -141,13 +141,15 @@ def run_execution(execution_id: str, name: str, on_claim: Any = None) -> str:
         _unreadable(executions, stored, epoch, exc)
         return "failed"
 
-    def checkpoint(ctx: Context) -> None:
+    def checkpoint(_: Context) -> None:  # whichever context finished a step: store the root
         if not executions.checkpoint(
-            execution_id, epoch, dumps_context(ctx), "running", lease=config.execution_lease
+            execution_id, epoch, dumps_context(context), "running", lease=config.execution_lease
         ):
             raise StaleExecution(execution_id)
 
-    mode = WorkerMode(park_max_attempts=config.park_max_attempts, checkpoint=checkpoint)
+    mode = WorkerMode(
+        park_max_attempts=config.park_max_attempts, checkpoint=checkpoint, root=context
+    )
     if on_claim is not None:
         on_claim(execution_id, epoch)
     try:
