@@ -1,6 +1,6 @@
 """The py_reactor demo: book a trip as a saga, in this process, with no server.
 
-Five scenes show what the engine does:
+Six scenes show what the engine does:
 
 1. success, after the payment gateway times out once and the charge is retried;
 2. a declined card: the step fails and the completed bookings are rolled back, newest first;
@@ -9,7 +9,10 @@ Five scenes show what the engine does:
    makes the second wait for the first. The lock lives in the embedded Redis that py_reactor
    starts by itself (no server to install), so it would hold across processes too;
 5. two travellers share one company card: a lock on the *charge step alone*, keyed on the
-   card, serializes the two charges while both trips reserve flights and hotels at once.
+   card, serializes the two charges while both trips reserve flights and hotels at once;
+6. a trip booked in the background: flight and hotel are reserved in the caller, the charge
+   goes to a worker thread, finds the card busy and *parks* (no thread waits, nothing fails);
+   the moment the card is released, the release wakes it and the trip completes.
 
 In parts 4 and 5 the lines about one lock are printed in fencing-token order (see ``Narrator``):
 each holder's "released" comes before the next holder's "taken", as it happened.
@@ -29,12 +32,15 @@ from py_reactor import (
     Failure,
     FailureResult,
     Input,
+    Lock,
     Middleware,
     Reactor,
     Result,
     Step,
     Success,
+    background,
     configure,
+    find,
     retries,
     step,
     with_lock,
@@ -143,6 +149,11 @@ class BookTripSharedCard(BookTrip):
     )
 
 
+@background(before="charge")
+class BookTripInBackground(BookTripSharedCard):
+    """The same trip; from the charge on it runs in a worker (a thread pool of this process)."""
+
+
 _print_lock = threading.Lock()
 
 
@@ -178,6 +189,12 @@ class Narrator(Middleware):
 
     def on_step_failed(self, event: ev.StepFailed) -> None:
         say(f"  FAIL  {event.step or '(inputs)':<8} {_text(event.error)}")
+
+    def on_step_parked(self, event: ev.StepParked) -> None:
+        say(
+            f"  park  {event.step:<8} {event.primitive} {event.key} is busy: parked, its thread "
+            "given back"
+        )
 
     def on_undo_completed(self, event: ev.UndoCompleted) -> None:
         say(f"  undo  {event.step:<8} released")
@@ -285,6 +302,27 @@ def main() -> None:
         thread.join()
     took = time.monotonic() - started
     print(f"     both booked in {took:.1f}s; locking the whole trip instead would serialize it all")
+
+    print(
+        "\n== 6. Gus books in the background while the card is busy elsewhere: the charge"
+        "\n      parks in the worker and the card's release wakes it"
+    )
+    with Lock("card:7777", ttl=30):  # another charge on the same card, still at the bank
+        out = BookTripInBackground.run(traveller="gus", destination="madrid", nights=1, card="7777")
+        print(
+            f"  => dispatched run {out.execution_id[:6]}; done in the caller: {sorted(out.results)}"
+        )
+        while (found := find(out.execution_id)) is None or found.status != "waiting":
+            time.sleep(0.005)
+        print(
+            f"     status {found.status!r}, waiting on {found.waiting_on['primitive']} "  # type: ignore[index]
+            f"{found.waiting_on['key']} at step {found.waiting_on['step']!r}"
+        )  # type: ignore[index]
+        released = time.monotonic()
+    done = out.wait(timeout=30)  # type: ignore[attr-defined]
+    after = (time.monotonic() - released) * 1000
+    print(f"  => success: {done.value}")
+    print(f"     resumed and finished {after:.0f} ms after the card was released")
 
 
 if __name__ == "__main__":

@@ -153,3 +153,19 @@ def test_demo_narrator_holds_back_a_new_holder_until_the_release_is_printed(
         ("released", "aaaaaa"),
         ("taken", "bbbbbb"),
     ], lines
+
+
+def test_demo_parks_a_background_charge_and_the_release_wakes_it(demo_output: str) -> None:
+    """Part 6: flight and hotel run in the caller, the dispatched charge parks on the busy card
+    (no failure), and takes the lock only after that, then the trip succeeds."""
+    part = _part(demo_output, 6)
+    text = "\n".join(part)
+    assert "done in the caller: ['flight', 'hotel']" in text
+    parked = [i for i, line in enumerate(part) if "park  charge" in line]
+    taken = [i for i, line in enumerate(part) if "lock  card:7777 taken" in line]
+    assert len(parked) == 1
+    assert len(taken) == 1
+    assert parked[0] < taken[0]
+    assert "status 'waiting', waiting on lock card:7777 at step 'charge'" in text
+    assert "FAIL" not in text
+    assert "=> success: gus is booked" in text

@@ -51,6 +51,8 @@ class StoredExecution:
     waiting_on: dict[str, Any] | None
     outcome: dict[str, Any] | None
     worker: str | None
+    pinned: str | None = None  # "host:pid" of the only process that can import its reactor
+    problem: str | None = None  # what of the record could not be read (then it cannot run)
 
 
 class ExecutionStore:
@@ -59,12 +61,18 @@ class ExecutionStore:
     def __init__(self, store: Store) -> None:
         self.store = store
 
-    def create(self, execution_id: str, reactor: str, context: str, status: str) -> bool:
-        """Store a new execution and make it due now; False if the id exists already."""
+    def create(
+        self, execution_id: str, reactor: str, context: str, status: str, *, pinned: str = ""
+    ) -> bool:
+        """Store a new execution and make it due now; False if the id exists already.
+
+        ``pinned``: the only process (``host:pid``) that may run it, for a reactor defined in
+        a ``__main__`` script, which no other process can import.
+        """
         keys = (record_key(execution_id), INDEX_KEY, DUE_KEY, READY_KEY)
         return bool(
             self.store.run_script(
-                "execution_create", keys, (execution_id, reactor, context, status)
+                "execution_create", keys, (execution_id, reactor, context, status, pinned)
             )
         )
 
@@ -73,18 +81,25 @@ class ExecutionStore:
         raw = self._client().hgetall(record_key(execution_id))
         if not raw:
             return None
+        problems: list[str] = []
+        if "context" not in raw:
+            problems.append("the record has no context")
+        waiting_on = _json(raw.get("waiting_on"), "waiting_on", problems)
+        outcome = _json(raw.get("outcome"), "outcome", problems)
         return StoredExecution(
-            id=raw["id"],
-            reactor=raw["reactor"],
-            status=raw["status"],
-            context=raw["context"],
-            epoch=int(raw.get("epoch", 0)),
-            parks=int(raw.get("parks", 0)),
-            created_at=int(raw.get("created_at", 0)) / 1000,
-            updated_at=int(raw.get("updated_at", 0)) / 1000,
-            waiting_on=_json(raw.get("waiting_on")),
-            outcome=_json(raw.get("outcome")),
+            id=raw.get("id", execution_id),
+            reactor=raw.get("reactor", "?"),
+            status=raw.get("status", "failed"),
+            context=raw.get("context", ""),
+            epoch=_int(raw.get("epoch"), "epoch", problems),
+            parks=_int(raw.get("parks"), "parks", problems),
+            created_at=_int(raw.get("created_at"), "created_at", problems) / 1000,
+            updated_at=_int(raw.get("updated_at"), "updated_at", problems) / 1000,
+            waiting_on=waiting_on,
+            outcome=outcome,
             worker=raw.get("worker") or None,
+            pinned=raw.get("pinned") or None,
+            problem="; ".join(problems) or None,
         )
 
     def claim(self, execution_id: str, worker: str, lease: float, *, due: bool = True) -> int:
@@ -168,8 +183,20 @@ def _ms(seconds: float) -> int:
     return max(1, int(seconds * 1000))
 
 
-def _json(text: str | None) -> dict[str, Any] | None:
+def _json(text: str | None, field: str, problems: list[str]) -> dict[str, Any] | None:
     if not text:
         return None
-    value = json.loads(text)
+    try:
+        value = json.loads(text)
+    except ValueError:
+        problems.append(f"its {field} is not JSON")
+        return None
     return value if isinstance(value, dict) else None
+
+
+def _int(text: str | None, field: str, problems: list[str]) -> int:
+    try:
+        return int(text or 0)
+    except ValueError:
+        problems.append(f"its {field} is not a number")
+        return 0

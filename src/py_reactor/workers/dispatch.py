@@ -42,6 +42,30 @@ __all__ = ["background_run", "dispatch", "run_execution", "worker_name"]
 logger = logging.getLogger("py_reactor")
 
 
+def this_process() -> str:
+    """``host:pid``: the process a reactor of a ``__main__`` script can run in, and no other."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _elsewhere(pinned: str | None) -> bool:
+    """Whether ``pinned`` names another process that is still alive (leave its work to it).
+
+    Its host's other processes are checked; one on another machine is taken to be alive.
+    """
+    if not pinned or pinned == this_process():
+        return False
+    host, _, pid = pinned.rpartition(":")
+    if host != socket.gethostname():
+        return True
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, ValueError):
+        return True
+    return True
+
+
 def worker_name() -> str:
     """``host:pid:<random>``: who claimed an execution (for people reading the record)."""
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
@@ -115,7 +139,10 @@ def dispatch(cls: type[Reactor], context: Context) -> None:
         StoreUnavailableError: the store cannot be reached.
     """
     executions = _executions()
-    executions.create(context.execution_id, class_path(cls), dumps_context(context), "pending")
+    pinned = this_process() if cls.__module__ == "__main__" else ""
+    executions.create(
+        context.execution_id, class_path(cls), dumps_context(context), "pending", pinned=pinned
+    )
     from py_reactor.workers import ensure_worker
 
     ensure_worker()
@@ -129,6 +156,9 @@ def run_execution(execution_id: str, name: str, on_claim: Any = None) -> str:
     """
     executions = _executions()
     config = get_config()
+    ahead = executions.load(execution_id)
+    if ahead is not None and _elsewhere(ahead.pinned):
+        return "another process's"  # a __main__ reactor: only the script that defined it
     epoch = executions.claim(execution_id, name, config.execution_lease)
     if epoch <= 0:
         return "not claimed"
@@ -136,6 +166,8 @@ def run_execution(execution_id: str, name: str, on_claim: Any = None) -> str:
     if stored is None:
         return "gone"
     try:
+        if stored.problem is not None:
+            raise SerializationError(f"its stored record cannot be read: {stored.problem}")
         cls, context = _revive(stored)
     except Exception as exc:
         _unreadable(executions, stored, epoch, exc)
@@ -243,6 +275,11 @@ def _unreadable(
 ) -> None:
     """Fail an execution this runner cannot revive, with the cause as its error."""
     message = f"execution {stored.id} of {stored.reactor} cannot be run here: {exc}"
+    if stored.pinned and stored.reactor.startswith("__main__:"):
+        message += (
+            f" (it was defined in the __main__ script of process {stored.pinned}, which "
+            "exited before the execution finished)"
+        )
     outcome = {
         "status": "failed",
         "error": message,

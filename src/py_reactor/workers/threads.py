@@ -61,11 +61,14 @@ class ThreadWorker:
     def sweep(self) -> tuple[list[str], list[str]]:
         """One recovery pass: submit what is due; ``(due ids, ids recovered from a lapsed
         lease)``."""
-        due, lapsed = _executions().due()
+        executions = _executions()
+        due, lapsed = executions.due()
         for execution_id in lapsed:
             middleware = get_config().middleware
             if middleware:
-                emit(middleware, ev.ExecutionRecovered(execution_id=execution_id, reactor=""))
+                stored = executions.load(execution_id)
+                reactor = "" if stored is None else stored.reactor.rpartition(":")[2]
+                emit(middleware, ev.ExecutionRecovered(execution_id=execution_id, reactor=reactor))
             logger.info(
                 "py_reactor: execution %s lost its runner; dispatching it again", execution_id
             )

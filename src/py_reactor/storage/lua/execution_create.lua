@@ -1,7 +1,8 @@
 -- Store a new execution before anything is enqueued, and make it due now.
 -- KEYS[1] record hash py_reactor:exec:<id>; KEYS[2] index zset id -> created ms;
 -- KEYS[3] due zset id -> due ms; KEYS[4] ready list dispatchers pop
--- ARGV[1] id; ARGV[2] reactor (module:qualname); ARGV[3] context JSON; ARGV[4] status
+-- ARGV[1] id; ARGV[2] reactor (module:qualname); ARGV[3] context JSON; ARGV[4] status;
+-- ARGV[5] the process it is pinned to ("host:pid", for a reactor of a __main__ script), or ""
 -- Returns 1, or 0 when an execution with that id exists already (nothing is written).
 -- #include _now
 if redis.call('EXISTS', KEYS[1]) == 1 then
@@ -9,7 +10,8 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
 end
 local now = now_ms()
 redis.call('HSET', KEYS[1], 'id', ARGV[1], 'reactor', ARGV[2], 'context', ARGV[3],
-  'status', ARGV[4], 'epoch', 0, 'created_at', now, 'updated_at', now, 'parks', 0)
+  'status', ARGV[4], 'epoch', 0, 'created_at', now, 'updated_at', now, 'parks', 0,
+  'pinned', ARGV[5] or '')
 redis.call('ZADD', KEYS[2], now, ARGV[1])
 redis.call('ZADD', KEYS[3], now, ARGV[1])
 redis.call('RPUSH', KEYS[4], ARGV[1])
