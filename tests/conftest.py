@@ -46,7 +46,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     """Stop the private embedded server this run started, and remove its folder."""
+    from py_reactor import workers
     from py_reactor.storage.embedded import stop_embedded
+
+    workers.stop()  # its dispatcher would otherwise go on asking for the store being removed
 
     folder = os.environ.pop("PY_REACTOR_TEST_EMBEDDED_DIR", None)
     if folder is not None:

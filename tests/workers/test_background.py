@@ -380,3 +380,36 @@ def test_a_composed_child_parks_the_whole_execution_and_resumes_inside_the_child
     assert done.is_success, done
     assert done.value == "charged"
     assert calls == ["before", "kid prepare", "kid charge", "after"]
+
+
+def test_a_step_raising_systemexit_in_a_worker_ends_aborted_not_rerun(key: str) -> None:
+    """An interrupt inside a worker's step is stored as aborted (no rollback ran), once."""
+    calls: list[str] = []
+
+    def leave(name: str, **_: Any) -> None:
+        calls.append(name)
+        if name == "second":
+            raise SystemExit(3)
+
+    r.HOOKS[key] = leave
+    configure(execution_lease=0.5)
+    out = r.Whole.run(key=key, n=1)
+    until(lambda: status(out.execution_id) == "aborted", "the abort")
+    time.sleep(1.2)  # two leases: a run left "running" would have been recovered and re-run
+    assert calls == ["first", "second"]
+    assert status(out.execution_id) == "aborted"
+
+
+def test_a_hand_off_reports_the_reactor_started_once(key: str) -> None:
+    class Starts(Middleware):
+        def __init__(self) -> None:
+            self.count = 0
+
+        def on_reactor_started(self, event: ev.ReactorStarted) -> None:
+            self.count += 1
+
+    starts = Starts()
+    configure(middleware=[starts])
+    ran(key)
+    assert r.After.run(key=key, n=1).wait(timeout=10).is_success
+    assert starts.count == 1

@@ -47,9 +47,12 @@ def park_or_fail(run: Run, step: str | None, exc: CoordinationError) -> Parked |
     ordered = isinstance(exc, OrderedLockWaitError)
     if not ordered:
         if root.parks >= worker.park_max_attempts:
+            where = f"reactor {exc.reactor}" + ("" if step is None else f", step {step!r}")
             exc.message = (
-                f"{exc.message} — gave up after {root.parks} park(s) waiting for the "
-                f"{exc.primitive} {exc.key!r} (park_max_attempts={worker.park_max_attempts:g})"
+                f"{where}: the {exc.primitive} {exc.key!r} was still busy after "
+                f"{root.parks} park(s) in a worker (park_max_attempts="
+                f"{worker.park_max_attempts:g}); raise configure(park_max_attempts=...) or "
+                "park_delay=, or make the work holding it shorter"
             )
             exc.args = (exc.message,)
             return None

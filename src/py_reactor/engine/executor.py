@@ -160,8 +160,7 @@ def _walk(cls: type[Reactor], run: Run) -> Outcome:
             if name in context.results:
                 continue
             if name == run.handoff and run.worker is None:
-                context.status = Status.PENDING
-                return DispatchedResult(context)
+                return DispatchedResult(context)  # still "running": the worker goes on with it
             result = run_step(run, plan[name])
             if isinstance(result, Parked):
                 return _parked(run, result)

@@ -62,8 +62,8 @@ class _ContextPayload(BaseModel):
     private: dict[str, Any]
     children: dict[str, _ContextPayload]
     holds: list[_HoldPayload] | None = None  # written with the root context only: one per tree
-    attempts: dict[str, int]
-    parks: int
+    attempts: dict[str, int] = Field(default_factory=dict)
+    parks: int = 0
 
 
 def context_to_dict(context: Context) -> dict[str, Any]:

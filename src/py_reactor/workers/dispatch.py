@@ -157,7 +157,8 @@ def run_execution(execution_id: str, name: str, on_claim: Any = None) -> str:
     executions = _executions()
     config = get_config()
     ahead = executions.load(execution_id)
-    if ahead is not None and _elsewhere(ahead.pinned):
+    foreign = ahead is not None and ahead.pinned not in (None, this_process())
+    if foreign and _elsewhere(ahead.pinned):  # type: ignore[union-attr]
         return "another process's"  # a __main__ reactor: only the script that defined it
     epoch = executions.claim(execution_id, name, config.execution_lease)
     if epoch <= 0:
@@ -168,6 +169,8 @@ def run_execution(execution_id: str, name: str, on_claim: Any = None) -> str:
     try:
         if stored.problem is not None:
             raise SerializationError(f"its stored record cannot be read: {stored.problem}")
+        if foreign:  # its script is gone; a same-named class here is not the one it meant
+            raise LookupError(f"reactor {stored.reactor} belongs to another script")
         cls, context = _revive(stored)
     except Exception as exc:
         _unreadable(executions, stored, epoch, exc)
@@ -189,6 +192,9 @@ def run_execution(execution_id: str, name: str, on_claim: Any = None) -> str:
     except StaleExecution:
         logger.warning("py_reactor: execution %s was claimed by another runner", execution_id)
         return "stale"
+    except BaseException as exc:  # SystemExit, KeyboardInterrupt in a step: no rollback ran
+        _settle(executions, execution_id, epoch, context, _aborted(cls, context, exc))
+        raise
     except SerializationError as exc:
         outcome = FailureResult(
             context,
@@ -237,6 +243,19 @@ def _settle(
         execution_id, epoch, text, status, outcome=outcome_to_dict(outcome)
     )
     return status if written else "stale"
+
+
+def _aborted(cls: type[Reactor], context: Context, exc: BaseException) -> FailureResult:
+    """The outcome stored for a run interrupted in a worker (no rollback ran: undo it later)."""
+    context.status = Status.ABORTED
+    return FailureResult(
+        context,
+        error=exc,
+        step_name=None,
+        reactor_name=cls.__py_reactor_name__,
+        exception_class=type(exc).__qualname__,
+        inputs=context.inputs,
+    )
 
 
 def _until(delay: float | None) -> float:

@@ -56,7 +56,11 @@ class ThreadWorker:
             if execution_id in self._queued:
                 return
             self._queued.add(execution_id)
-        self._pool.submit(self._run, execution_id)
+        try:
+            self._pool.submit(self._run, execution_id)
+        except RuntimeError:  # shut down (the interpreter is exiting): the due set keeps it
+            with self._guard:
+                self._queued.discard(execution_id)
 
     def sweep(self) -> tuple[list[str], list[str]]:
         """One recovery pass: submit what is due; ``(due ids, ids recovered from a lapsed
