@@ -4,14 +4,15 @@
 -- ARGV[1] id; ARGV[2] worker name; ARGV[3] lease ms; ARGV[4] "1": only if it is due (popped
 -- from the ready list or the due set by this caller)
 -- Returns the new epoch, 0 when another runner holds a live lease or it is not due,
--- -1 when unknown, -2 when it already ended.
+-- -1 when unknown, -2 when it already ended (or is paused at an interrupt: a resume, not a
+-- worker, takes it on).
 -- #include _now
 local status = redis.call('HGET', KEYS[1], 'status')
 if not status then
   return -1
 end
 if status == 'completed' or status == 'failed' or status == 'halted' or status == 'cancelled'
-    or status == 'paused' then
+    or status == 'aborted' or status == 'paused' then
   redis.call('ZREM', KEYS[3], ARGV[1])
   return -2
 end
