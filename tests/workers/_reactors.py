@@ -227,3 +227,40 @@ class Parent(Reactor):
         return value
 
     returns = "after"
+
+
+@background
+class Unstorable(Reactor):
+    """``opaque`` returns what JSON cannot hold: a worker cannot checkpoint it."""
+
+    key: str
+
+    @step
+    def first(key: str) -> str:
+        hook(key, "first")
+        return "ok"
+
+    @first.undo
+    def unfirst(result: str, key: str) -> None:
+        hook(key, "undo first")
+
+    @step(wait_for=["first"])
+    def opaque(key: str) -> object:
+        hook(key, "opaque")
+        return object()
+
+    @opaque.undo
+    def unopaque(result: object, key: str) -> None:
+        hook(key, "undo opaque")
+
+    @step(wait_for=["opaque"])
+    def last(key: str) -> str:
+        hook(key, "last")
+        return "never"
+
+    returns = "last"
+
+
+@background(after="opaque")
+class UnstorableBeforeHandOff(Unstorable):
+    pass

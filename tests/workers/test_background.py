@@ -431,3 +431,20 @@ def test_a_renewal_that_comes_after_the_park_puts_no_lease_back(key: str) -> Non
     assert not executions.renew(execution_id, epoch, 30)
     client = current_store().client  # type: ignore[attr-defined]
     assert client.zscore(LEASES_KEY, execution_id) is None
+
+
+@pytest.mark.parametrize("reactor", [r.Unstorable, r.UnstorableBeforeHandOff])
+def test_a_result_json_cannot_hold_fails_the_run_and_rolls_it_back(
+    reactor: type[Reactor], key: str
+) -> None:
+    """In a worker (or at the hand-off, in the caller) a result that cannot be stored fails
+    the run with SerializationError, and the completed steps, that one included, are undone."""
+    from py_reactor.errors import SerializationError
+
+    calls = ran(key)
+    out = reactor.run(key=key)
+    done = out.wait(timeout=10) if out.status == "dispatched" else out
+    assert not done.is_success
+    assert isinstance(done.error, SerializationError)
+    assert "'opaque'" in str(done.error)
+    assert calls == ["first", "opaque", "undo opaque", "undo first"]

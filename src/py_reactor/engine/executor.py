@@ -8,7 +8,7 @@ process.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from py_reactor.config import get_config
@@ -28,8 +28,9 @@ from py_reactor.engine.results import (
     ParkedResult,
     SuccessResult,
 )
+from py_reactor.engine.serializer import dumps_context
 from py_reactor.engine.step_runner import Halted, run_step
-from py_reactor.errors import CoordinationError, InputValidationError
+from py_reactor.errors import CoordinationError, InputValidationError, SerializationError
 from py_reactor.observability import events as ev
 from py_reactor.observability.middleware import Middleware
 
@@ -160,6 +161,11 @@ def _walk(cls: type[Reactor], run: Run) -> Outcome:
             if name in context.results:
                 continue
             if name == run.handoff and run.worker is None:
+                unstorable = _unstorable(run, None)
+                if unstorable is not None:  # a worker could never pick it up: roll back here
+                    failure = unstorable
+                    rollback(run, {n: p.declaration for n, p in plan.items()}, unstorable)
+                    return fail(run, unstorable)
                 return DispatchedResult(context)  # still "running": the worker goes on with it
             result = run_step(run, plan[name])
             if isinstance(result, Parked):
@@ -173,7 +179,11 @@ def _walk(cls: type[Reactor], run: Run) -> Outcome:
                 run.emit(ev.ReactorHalted, name, reason=result.reason)
                 return HaltedResult(context, reason=result.reason, step_name=name)
             if checkpoint is not None:
-                checkpoint(context)
+                unstorable = _unstorable(run, name, checkpoint)
+                if unstorable is not None:
+                    failure = unstorable
+                    rollback(run, {n: p.declaration for n, p in plan.items()}, unstorable)
+                    return fail(run, unstorable)
     except BaseException:
         if failure is not None:
             failure.release_holds()  # interrupted before its rollback released them
@@ -183,6 +193,24 @@ def _walk(cls: type[Reactor], run: Run) -> Outcome:
     value = context.results.get(cls.returns) if cls.returns is not None else None
     run.emit(ev.ReactorCompleted, value=value)
     return SuccessResult(context, value)
+
+
+def _unstorable(
+    run: Run, step: str | None, checkpoint: Callable[[Context], None] | None = None
+) -> StepFailure | None:
+    """Store the context (``checkpoint``; without one, only check that it can be stored); a
+    failure of ``step`` if its result cannot be written as JSON, which a background run needs.
+
+    The step's work succeeded, so it stays completed and is undone by the rollback.
+    """
+    try:
+        if checkpoint is None:
+            dumps_context(run.context)
+        else:
+            checkpoint(run.context)
+    except SerializationError as exc:
+        return StepFailure(step, exc, retryable=False, work_started=False)
+    return None
 
 
 def _parked(run: Run, parked: Parked) -> ParkedResult:

@@ -23,17 +23,14 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from py_reactor.coordination.store import DUE_KEY, NAMESPACE, READY_KEY, Store
+from py_reactor.storage import keys
+from py_reactor.storage.redis import RedisStore
 
 __all__ = ["ExecutionStore", "StoredExecution"]
 
-INDEX_KEY = f"{NAMESPACE}:exec:index"
-LEASES_KEY = f"{NAMESPACE}:exec:leases"
-
-
-def record_key(execution_id: str) -> str:
-    """The hash of one execution."""
-    return f"{NAMESPACE}:exec:{execution_id}"
+# The layout is storage.keys'; these names are kept for the callers that import them here.
+DUE_KEY, READY_KEY, INDEX_KEY, LEASES_KEY = keys.DUE, keys.READY, keys.INDEX, keys.LEASES
+record_key = keys.execution
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,14 +48,14 @@ class StoredExecution:
     waiting_on: dict[str, Any] | None
     outcome: dict[str, Any] | None
     worker: str | None
-    pinned: str | None = None  # "host:pid" of the only process that can import its reactor
+    pinned: str | None = None  # "host:pid:<script>": a __main__ reactor, only that script runs it
     problem: str | None = None  # what of the record could not be read (then it cannot run)
 
 
 class ExecutionStore:
     """Execution records on a coordination store (every operation one script, one round trip)."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: RedisStore) -> None:
         self.store = store
 
     def create(
@@ -66,8 +63,8 @@ class ExecutionStore:
     ) -> bool:
         """Store a new execution and make it due now; False if the id exists already.
 
-        ``pinned``: the only process (``host:pid``) that may run it, for a reactor defined in
-        a ``__main__`` script, which no other process can import.
+        ``pinned``: ``host:pid:<script path>`` for a reactor defined in a ``__main__`` script,
+        which only a process running that same script can import.
         """
         keys = (record_key(execution_id), INDEX_KEY, DUE_KEY, READY_KEY)
         return bool(

@@ -20,6 +20,7 @@ import contextlib
 import logging
 import os
 import socket
+import sys
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -42,28 +43,32 @@ __all__ = ["background_run", "dispatch", "run_execution", "worker_name"]
 logger = logging.getLogger("py_reactor")
 
 
-def this_process() -> str:
-    """``host:pid``: the process a reactor of a ``__main__`` script can run in, and no other."""
-    return f"{socket.gethostname()}:{os.getpid()}"
+def this_script() -> str:
+    """``host:pid:<path of the __main__ script>``: where a reactor of a ``__main__`` script
+    was dispatched from. Only a process running the same script can import it."""
+    main = sys.modules.get("__main__")
+    path = os.path.abspath(getattr(main, "__file__", "") or "<interactive>")
+    return f"{socket.gethostname()}:{os.getpid()}:{path}"
 
 
-def _elsewhere(pinned: str | None) -> bool:
-    """Whether ``pinned`` names another process that is still alive (leave its work to it).
-
-    Its host's other processes are checked; one on another machine is taken to be alive.
-    """
-    if not pinned or pinned == this_process():
-        return False
-    host, _, pid = pinned.rpartition(":")
-    if host != socket.gethostname():
-        return True
+def _foreign(pinned: str | None) -> str | None:
+    """None if this process may run an execution pinned to ``pinned`` (not pinned, or the same
+    script: a fork, a restart); else ``"alive"`` (leave it to its script) or ``"gone"``."""
+    if not pinned:
+        return None
+    host, pid, path = [*pinned.split(":", 2), "", ""][:3]
+    mine_host, _, mine_path = this_script().split(":", 2)
+    if host == mine_host and path == mine_path:
+        return None
+    if host != mine_host:
+        return "alive"  # another machine's script: it cannot be checked from here
     try:
         os.kill(int(pid), 0)
     except ProcessLookupError:
-        return False
+        return "gone"
     except (PermissionError, ValueError):
-        return True
-    return True
+        return "alive"
+    return "alive"
 
 
 def worker_name() -> str:
@@ -139,7 +144,7 @@ def dispatch(cls: type[Reactor], context: Context) -> None:
         StoreUnavailableError: the store cannot be reached.
     """
     executions = _executions()
-    pinned = this_process() if cls.__module__ == "__main__" else ""
+    pinned = this_script() if cls.__module__ == "__main__" else ""
     executions.create(
         context.execution_id, class_path(cls), dumps_context(context), "pending", pinned=pinned
     )
@@ -157,9 +162,9 @@ def run_execution(execution_id: str, name: str, on_claim: Any = None) -> str:
     executions = _executions()
     config = get_config()
     ahead = executions.load(execution_id)
-    foreign = ahead is not None and ahead.pinned not in (None, this_process())
-    if foreign and _elsewhere(ahead.pinned):  # type: ignore[union-attr]
-        return "another process's"  # a __main__ reactor: only the script that defined it
+    foreign = None if ahead is None else _foreign(ahead.pinned)
+    if foreign == "alive":
+        return "another script's"  # a __main__ reactor: only its own script can run it
     epoch = executions.claim(execution_id, name, config.execution_lease)
     if epoch <= 0:
         return "not claimed"

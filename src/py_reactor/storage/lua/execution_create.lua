@@ -2,7 +2,8 @@
 -- KEYS[1] record hash py_reactor:exec:<id>; KEYS[2] index zset id -> created ms;
 -- KEYS[3] due zset id -> due ms; KEYS[4] ready list dispatchers pop
 -- ARGV[1] id; ARGV[2] reactor (module:qualname); ARGV[3] context JSON; ARGV[4] status;
--- ARGV[5] the process it is pinned to ("host:pid", for a reactor of a __main__ script), or ""
+-- ARGV[5] "host:pid:<script path>" for a reactor of a __main__ script (only that script can
+-- import it), or ""
 -- Returns 1, or 0 when an execution with that id exists already (nothing is written).
 -- #include _now
 if redis.call('EXISTS', KEYS[1]) == 1 then
