@@ -6,14 +6,23 @@ import hashlib
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import redis
 
-from py_reactor.coordination.store import Store
+from py_reactor.coordination.store import (
+    LockInfo,
+    LockReply,
+    OrderedLockInfo,
+    PeriodReply,
+    RateLimitReply,
+    SemaphoreInfo,
+    Store,
+    TurnReply,
+    WaitTicket,
+)
 from py_reactor.storage.redis import RedisStore, lua_source
 
-__all__ = ["WakeMissed", "client_commands", "sha", "until"]
+__all__ = ["StoreProxy", "WakeMissed", "client_commands", "sha", "until"]
 
 
 def until(condition: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
@@ -25,8 +34,106 @@ def until(condition: Callable[[], bool], what: str, timeout: float = 10.0) -> No
         time.sleep(0.002)
 
 
-class WakeMissed:
-    """A real store whose first ``wait_signal`` returns as a BLPOP that just timed out would.
+class StoreProxy:
+    """A ``Store`` that is not a ``RedisStore``: it passes every protocol call to ``inner``.
+
+    Spelled out method by method, as any custom store would be; subclasses override the calls
+    a test wants to change.
+    """
+
+    def __init__(self, inner: Store) -> None:
+        self.inner = inner
+        self.description = inner.description
+
+    def lock_acquire(
+        self, key: str, owner: str, ttl_ms: int, *, waiter: WaitTicket | None = None
+    ) -> LockReply:
+        return self.inner.lock_acquire(key, owner, ttl_ms, waiter=waiter)
+
+    def lock_release(self, key: str, owner: str, token: int) -> int:
+        return self.inner.lock_release(key, owner, token)
+
+    def lock_extend(self, key: str, owner: str, ttl_ms: int, token: int) -> bool:
+        return self.inner.lock_extend(key, owner, ttl_ms, token)
+
+    def lock_state(self, key: str) -> LockInfo:
+        return self.inner.lock_state(key)
+
+    def semaphore_acquire(
+        self, key: str, owner: str, limit: int, lease_ms: int, *, waiter: WaitTicket | None = None
+    ) -> LockReply:
+        return self.inner.semaphore_acquire(key, owner, limit, lease_ms, waiter=waiter)
+
+    def semaphore_release(self, key: str, owner: str) -> int:
+        return self.inner.semaphore_release(key, owner)
+
+    def semaphore_extend(self, key: str, owner: str, lease_ms: int) -> bool:
+        return self.inner.semaphore_extend(key, owner, lease_ms)
+
+    def semaphore_state(self, key: str) -> SemaphoreInfo:
+        return self.inner.semaphore_state(key)
+
+    def wait_for_handoff(self, ticket: WaitTicket, timeout: float) -> int | None:
+        return self.inner.wait_for_handoff(ticket, timeout)
+
+    def wait_cancel(self, ticket: WaitTicket) -> int:
+        return self.inner.wait_cancel(ticket)
+
+    def period_check(self, key: str, every: str | int) -> bool:
+        return self.inner.period_check(key, every)
+
+    def period_claim(
+        self,
+        key: str,
+        every: str | int,
+        owner: str,
+        lease_ms: int,
+        *,
+        waiter: WaitTicket | None = None,
+    ) -> PeriodReply:
+        return self.inner.period_claim(key, every, owner, lease_ms, waiter=waiter)
+
+    def period_release(
+        self, key: str, bucket: str, owner: str, *, mark: bool, expire_at: int
+    ) -> int:
+        return self.inner.period_release(key, bucket, owner, mark=mark, expire_at=expire_at)
+
+    def period_extend(self, key: str, bucket: str, owner: str, lease_ms: int) -> bool:
+        return self.inner.period_extend(key, bucket, owner, lease_ms)
+
+    def rate_limit_acquire(self, key: str, windows: tuple[tuple[int, int], ...]) -> RateLimitReply:
+        return self.inner.rate_limit_acquire(key, windows)
+
+    def rate_limit_usage(self, key: str, windows: Sequence[int]) -> tuple[int, ...]:
+        return self.inner.rate_limit_usage(key, windows)
+
+    def ordered_lock_take(self, key: str, ttl_ms: int) -> tuple[int, int]:
+        return self.inner.ordered_lock_take(key, ttl_ms)
+
+    def ordered_lock_turn(
+        self, key: str, epoch: int, number: int, poison_ms: int, ttl_ms: int
+    ) -> TurnReply:
+        return self.inner.ordered_lock_turn(key, epoch, number, poison_ms, ttl_ms)
+
+    def ordered_lock_release(
+        self, key: str, epoch: int, number: int, *, failed: bool, poison_ms: int, ttl_ms: int
+    ) -> int:
+        return self.inner.ordered_lock_release(
+            key, epoch, number, failed=failed, poison_ms=poison_ms, ttl_ms=ttl_ms
+        )
+
+    def ordered_lock_heartbeat(self, key: str, epoch: int, number: int, ttl_ms: int) -> bool:
+        return self.inner.ordered_lock_heartbeat(key, epoch, number, ttl_ms)
+
+    def ordered_lock_state(self, key: str) -> OrderedLockInfo:
+        return self.inner.ordered_lock_state(key)
+
+    def ordered_lock_wait(self, key: str, epoch: int, number: int, timeout: float) -> bool:
+        return self.inner.ordered_lock_wait(key, epoch, number, timeout)
+
+
+class WakeMissed(StoreProxy):
+    """A real store whose first wait returns as a BLPOP that just timed out would.
 
     Before returning, it runs ``meanwhile`` (the holder's release), so the release lands in the
     gap between the waiter's sleep timing out and its next acquire attempt: a window every
@@ -35,20 +142,16 @@ class WakeMissed:
     """
 
     def __init__(self, inner: Store, meanwhile: Callable[[], None]) -> None:
-        self.inner = inner
-        self.description = inner.description
+        super().__init__(inner)
         self.meanwhile = meanwhile
         self.missed = False
 
-    def run_script(self, name: str, keys: Sequence[str], args: Sequence[str | int | float]) -> Any:
-        return self.inner.run_script(name, keys, args)
-
-    def wait_signal(self, key: str, timeout: float) -> str | None:
+    def wait_for_handoff(self, ticket: WaitTicket, timeout: float) -> int | None:
         if not self.missed:
             self.missed = True
             self.meanwhile()
             return None
-        return self.inner.wait_signal(key, timeout)
+        return self.inner.wait_for_handoff(ticket, timeout)
 
 
 def client_commands(

@@ -19,7 +19,7 @@ from py_reactor import configure
 from py_reactor.config import get_config
 from py_reactor.coordination import Lock, LockHold, LockState
 from py_reactor.coordination.owner import bind_owner, unbind_owner
-from py_reactor.coordination.store import Store
+from py_reactor.coordination.store import Store, WaitTicket
 from py_reactor.errors import DefinitionError, LockAcquisitionError
 from py_reactor.storage import current_store
 from py_reactor.storage.redis import RedisStore
@@ -585,15 +585,16 @@ def test_a_stale_hold_of_the_same_owner_cannot_release_a_newer_one(store: Store,
 def test_a_sub_millisecond_wait_never_blocks_forever(store: Store, key: str) -> None:
     """BLPOP with a timeout under 1 ms (which Redis 6.2 reads as 'forever') returns promptly."""
     started = time.monotonic()
-    assert store.wait_signal(f"py_reactor:wake:{key}", 0.0005) is None
+    ticket = WaitTicket("lock", key, "nobody", "exec-W", 1000, 1000)
+    assert store.wait_for_handoff(ticket, 0.0005) is None
     assert time.monotonic() - started < 1.0
 
 
 class _InterruptedAfterHandoff(WakeMissed):
-    """A real store whose first ``wait_signal`` lets the holder release (handing the lock to
-    the waiter) and then raises, as a Ctrl-C during the waiter's BLPOP would."""
+    """A real store whose first wait lets the holder release (handing the lock to the waiter)
+    and then raises, as a Ctrl-C during the waiter's BLPOP would."""
 
-    def wait_signal(self, key: str, timeout: float) -> str | None:
+    def wait_for_handoff(self, ticket: WaitTicket, timeout: float) -> int | None:
         self.meanwhile()
         raise KeyboardInterrupt
 

@@ -18,6 +18,7 @@ from py_reactor import configure
 from py_reactor.coordination.period import CALENDAR, Period, PeriodClaim
 from py_reactor.coordination.store import Store
 from py_reactor.errors import CoordinationError, DefinitionError
+from py_reactor.storage import keys
 from py_reactor.storage.redis import lua_source
 from tests._redis import PrivateRedis
 
@@ -96,7 +97,7 @@ def test_release_is_idempotent_and_free_when_not_due(
     claim.release(mark=False)
     claim.release(mark=True)
     assert not period.is_done()
-    assert not raw.exists(period.claim_key(claim.bucket))
+    assert not raw.exists(keys.period_claim(key, claim.bucket))
     period.claim().release(mark=True)
     not_due = period.claim()
     not_due.release(mark=False)
@@ -170,8 +171,8 @@ def test_calendar_marker(store: Store, raw: redis.Redis, key: str, every: str) -
     claim.release(mark=True)
     assert re.fullmatch(SHAPES[every], claim.bucket)
     assert claim.bucket in {expected_bucket(every, before)[0], expected_bucket(every, after)[0]}
-    marker = period.marker_key(claim.bucket)
-    assert marker == f"py_reactor:period:{key}:done:{claim.bucket}"
+    marker = keys.period_marker(key, claim.bucket)
+    assert marker == f"py_reactor:period:{{{key}}}:done:{claim.bucket}"
     assert raw.exists(marker)
     ends = expected_bucket(every, after)[1]
     assert 0 < raw.ttl(marker) <= ends - before + 60
@@ -195,10 +196,10 @@ def test_calendar_arithmetic_matches_python(private_redis: PrivateRedis) -> None
                 moments.append(int(start.timestamp()) + offset)
     rng = random.Random(20240501)
     moments += [rng.randrange(0, 13_000_000_000) for _ in range(500)]
-    keys = ["py_reactor:period:arithmetic", "py_reactor:period:arithmetic:claim", "unused"]
+    prefixes = list(keys.period("arithmetic")[:3])
     for every in CALENDAR:
         for moment in moments:
-            _, bucket, expire_at, _ = fixed(keys=keys, args=["check", every, moment])
+            _, bucket, expire_at, _ = fixed(keys=prefixes, args=["check", every, moment])
             assert (bucket, int(expire_at) - 60) == expected_bucket(every, moment), (every, moment)
 
 
@@ -233,7 +234,7 @@ def test_race_runs_the_work_once(store: Store, key: str) -> None:
 def wait_until_queued(raw: redis.Redis, period: Period, count: int) -> None:
     """Block until ``count`` waiters are queued on ``period`` (bounded; fails after 10 s)."""
     deadline = time.monotonic() + 10
-    while raw.zcard(period.waiters_key) < count:
+    while raw.zcard(keys.period(period.key).waiters) < count:
         assert time.monotonic() < deadline, "the waiter never queued"
         time.sleep(0.005)
 
@@ -313,11 +314,11 @@ def test_claim_is_kept_alive_past_its_lease(store: Store, raw: redis.Redis, key:
     period = Period(key, every="day", wait=0, lease=0.6, store=store)
     claim = period.claim()
     time.sleep(1.5)  # hold the claim longer than its lease
-    assert raw.pttl(period.claim_key(claim.bucket)) > 0
+    assert raw.pttl(keys.period_claim(key, claim.bucket)) > 0
     with pytest.raises(CoordinationError):
         period.claim()
     claim.release(mark=False)
-    assert not raw.exists(period.claim_key(claim.bucket))
+    assert not raw.exists(keys.period_claim(key, claim.bucket))
 
 
 def _claim_and_die(url: str, key: str, ready: Any) -> None:

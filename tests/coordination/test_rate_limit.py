@@ -16,6 +16,7 @@ from py_reactor import configure
 from py_reactor.coordination.rate_limit import RateLimit
 from py_reactor.coordination.store import Store
 from py_reactor.errors import CoordinationError, DefinitionError, RateLimitExceededError
+from py_reactor.storage import keys
 from tests._redis import PrivateRedis
 
 T = TypeVar("T")
@@ -65,11 +66,12 @@ def test_admits_limit_then_refuses_with_retry_after(
 
 
 def test_counter_key_layout_and_expiry(store: Store, raw: redis.Redis, key: str) -> None:
-    """The counter lives at py_reactor:rate_limit:<key>:<window>:<index> and expires with it."""
+    """The counter lives at py_reactor:rate_limit:{<key>}:<window>:<index> and expires with it."""
     leave_room(raw, 60, 2)
     RateLimit(key, limit=5, period=60, store=store).acquire()
     index = int(server_now(raw) // 60)
-    counter = f"py_reactor:rate_limit:{key}:60:{index}"
+    counter = keys.rate_limit_counter(key, 60, index)
+    assert counter == f"py_reactor:rate_limit:{{{key}}}:60:{index}"
     assert raw.get(counter) == "1"
     assert 0 < raw.ttl(counter) <= 60
 

@@ -16,10 +16,10 @@ import redis
 from py_reactor import configure
 from py_reactor.config import get_config
 from py_reactor.coordination import Semaphore, SemaphoreHold, SemaphoreState
-from py_reactor.coordination.store import Store
+from py_reactor.coordination.store import Store, WaitTicket
 from py_reactor.errors import DefinitionError, SemaphoreAcquisitionError
 from tests._redis import PrivateRedis
-from tests.coordination._helpers import WakeMissed, client_commands, sha, until
+from tests.coordination._helpers import StoreProxy, WakeMissed, client_commands, sha, until
 
 SPAWN = multiprocessing.get_context("spawn")
 
@@ -361,19 +361,15 @@ def test_a_freed_slot_skips_a_waiter_whose_owner_already_holds_one(store: Store,
     assert got["C"] - released < 0.5, "the freed slot was not handed on to C"
 
 
-class _SlowToRetry:
+class _SlowToRetry(StoreProxy):
     """A real store whose waiter, woken by its timer, takes ``delay`` seconds to try again."""
 
     def __init__(self, inner: Store, delay: float) -> None:
-        self.inner = inner
-        self.description = inner.description
+        super().__init__(inner)
         self.delay = delay
 
-    def run_script(self, name: str, keys: Sequence[str], args: Sequence[str | int | float]) -> Any:
-        return self.inner.run_script(name, keys, args)
-
-    def wait_signal(self, key: str, timeout: float) -> str | None:
-        signal = self.inner.wait_signal(key, timeout)
+    def wait_for_handoff(self, ticket: WaitTicket, timeout: float) -> int | None:
+        signal = self.inner.wait_for_handoff(ticket, timeout)
         if signal is None:
             time.sleep(self.delay)
         return signal

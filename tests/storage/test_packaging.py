@@ -21,7 +21,7 @@ SCRIPTS = sorted(path.stem for path in LUA.glob("*.lua") if not path.stem.starts
 LIBRARIES = sorted(path.stem for path in LUA.glob("_*.lua"))
 
 #: Calls that name a script, and which positional argument holds the name.
-NAMING_CALLS = {"run_script": 0, "take_or_wait": 1}
+NAMING_CALLS = {"run_script": 0}
 
 
 def _header(text: str) -> tuple[str, str]:
@@ -33,10 +33,10 @@ def _header(text: str) -> tuple[str, str]:
     return "\n".join(lines[:count]), "\n".join(lines[count:])
 
 
-def _script_names_in_source() -> set[str]:
-    """Every script name the package's code passes to ``run_script`` / ``take_or_wait``."""
+def _script_names_in_source(where: Path = ROOT / "src" / "py_reactor") -> set[str]:
+    """Every script name the code under ``where`` passes to ``run_script``."""
     names: set[str] = set()
-    for path in (ROOT / "src" / "py_reactor").rglob("*.py"):
+    for path in where.rglob("*.py"):
         tree = ast.parse(path.read_text("utf-8"))
         constants = {
             target.id: node.value.value
@@ -50,13 +50,6 @@ def _script_names_in_source() -> set[str]:
         for node in ast.walk(tree):
             if not isinstance(node, ast.Call):
                 continue
-            for keyword in node.keywords:  # Hold(..., scripts=("lock_release", "lock_extend"))
-                if keyword.arg == "scripts" and isinstance(keyword.value, ast.Tuple):
-                    names.update(
-                        element.value
-                        for element in keyword.value.elts
-                        if isinstance(element, ast.Constant) and isinstance(element.value, str)
-                    )
             func = node.func
             called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
             position = NAMING_CALLS.get(str(called))
@@ -94,6 +87,19 @@ def test_every_script_name_used_in_the_source_loads() -> None:
     assert {"lock_acquire", "lock_release", "semaphore_acquire", "wait_cancel"} <= names
     for name in sorted(names):
         assert lua_source(name).lstrip().startswith("--"), name
+
+
+def test_only_storage_names_scripts_or_key_layouts() -> None:
+    """Outside ``storage/`` no code runs a script by name or spells a Redis key name: the
+    primitives call the typed ``Store`` methods."""
+    package = ROOT / "src" / "py_reactor"
+    for folder in sorted(p for p in package.iterdir() if p.is_dir() and p.name != "storage"):
+        assert _script_names_in_source(folder) == set(), folder.name
+        for path in folder.rglob("*.py"):
+            text = path.read_text("utf-8")
+            assert "run_script(" not in text, path
+            found = re.search(r"[\"'{]py_reactor:\w", text)  # not a log line "py_reactor: ..."
+            assert found is None, f"{path} spells a Redis key name"
 
 
 def test_every_packaged_script_is_used_by_the_source() -> None:

@@ -1,8 +1,8 @@
 """What every primitive shares: finding its store late, and holds that release once.
 
 Building a primitive never connects (a decorator builds one at import to check its options);
-the store is resolved on first use. Lock and semaphore holds share one shape: one script to
-release, one to extend, both keyed by owner.
+the store is resolved on first use. Lock and semaphore holds share one shape: one store call
+to release, one to extend, both keyed by owner.
 """
 
 from __future__ import annotations
@@ -13,14 +13,11 @@ from types import TracebackType
 from typing import Generic, Self, TypeVar
 
 from py_reactor.coordination._extender import forget
-from py_reactor.coordination.store import NAMESPACE, Store, default_store
+from py_reactor.coordination.store import Store, default_store
 
-__all__ = ["WAKE_PREFIX", "Acquirable", "Hold", "UsesStore"]
+__all__ = ["Acquirable", "Hold", "UsesStore"]
 
 logger = logging.getLogger("py_reactor")
-
-#: Prefix of the per-waiter lists a release pushes to when it hands a key over.
-WAKE_PREFIX = f"{NAMESPACE}:wake:"
 
 
 class UsesStore:
@@ -47,31 +44,24 @@ class Hold:
         lost: set when the store said the hold was no longer ours (it expired).
     """
 
-    __slots__ = ("_check", "_extend", "_keys", "_release", "_ttl_ms", "count", "key", "lost",
-                 "owner", "released", "store")  # fmt: skip
+    __slots__ = ("_ttl_ms", "count", "key", "lost", "owner", "released", "store")
 
-    def __init__(
-        self,
-        store: Store,
-        key: str,
-        owner: str,
-        count: int,
-        *,
-        scripts: tuple[str, str],
-        keys: tuple[str, ...],
-        ttl_ms: int,
-        check: tuple[int, ...] = (),
-    ) -> None:
+    def __init__(self, store: Store, key: str, owner: str, count: int, *, ttl_ms: int) -> None:
         self.store = store
         self.key = key
         self.owner = owner
         self.count = count
         self.released = False
         self.lost = False
-        self._release, self._extend = scripts
-        self._keys = keys
         self._ttl_ms = ttl_ms
-        self._check = check  # extra release/extend arguments that identify this very hold
+
+    def _give_back(self) -> int:
+        """Release one level in the store: the count left, 0 when freed, -1 when not held."""
+        raise NotImplementedError
+
+    def _renew(self) -> bool:
+        """Push the expiry out by the ttl in the store; False when no longer held."""
+        raise NotImplementedError
 
     def release(self) -> None:
         """Give up this hold (one round trip); the key frees when the outermost is released.
@@ -83,8 +73,7 @@ class Hold:
             return
         self.released = True
         forget(self)
-        args: tuple[str | int, ...] = (self.owner, WAKE_PREFIX, *self._check)
-        if self.store.run_script(self._release, self._keys, args) == -1:
+        if self._give_back() == -1:
             self.lost = True
             logger.warning(
                 "py_reactor: %r was no longer held when released: it expired (ttl or lease too "
@@ -96,8 +85,7 @@ class Hold:
         """Push the expiry out by the ttl again; False when the hold is no longer ours."""
         if self.released:
             return False
-        args: tuple[str | int, ...] = (self.owner, self._ttl_ms, *self._check)
-        alive = bool(self.store.run_script(self._extend, self._keys, args))
+        alive = self._renew()
         if not self.released:  # a release that raced this call is not a loss
             self.lost = not alive
         return alive

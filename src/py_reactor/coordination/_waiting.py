@@ -1,11 +1,11 @@
 """The wait side of lock-like primitives: enqueue once, sleep on a personal list, get woken.
 
-A waiter that finds a key busy is added (atomically, by the same acquire script) to the key's
-FIFO queue under a unique waiter id. A release hands the key straight to the oldest live
-waiter and pushes to ``py_reactor:wake:<waiter id>``; the waiter's BLPOP returns and it already
-holds the key: handoff costs the release round trip plus one reply, with no polling. The BLPOP
-timeout is capped by the holder's remaining lease, so a holder that died (and never releases)
-is noticed when its lease runs out.
+A waiter that finds a key busy is added (atomically, by the same acquire call) to the key's
+FIFO queue under a ``WaitTicket``. A release hands the key straight to the oldest live waiter
+and pushes to that waiter's wake list; the waiter's ``wait_for_handoff`` returns and it already
+holds the key: handoff costs the release round trip plus one reply, with no polling. The sleep
+is capped by the holder's remaining lease, so a holder that died (and never releases) is
+noticed when its lease runs out.
 """
 
 from __future__ import annotations
@@ -15,16 +15,19 @@ import time
 from collections.abc import Callable
 
 from py_reactor.coordination.owner import new_owner
-from py_reactor.coordination.store import NAMESPACE, Store
+from py_reactor.coordination.store import LockReply, Store, WaitTicket
 
-__all__ = ["new_waiter", "sleep_for", "take_or_wait", "wake_key"]
+__all__ = ["new_ticket", "new_waiter", "sleep_for", "wait_to_take"]
 
 #: Longest single sleep between checks while waiting (seconds): a safety net, not a poll.
 MAX_SLEEP = 2.0
 
-#: Shortest sleep worth a BLPOP (seconds). Redis 6.2 reads a timeout under about 1 ms as 0,
-#: which means "block forever", so a wait with less left than this retries without sleeping.
+#: Shortest sleep worth a blocking wait (seconds). Redis 6.2 reads a BLPOP timeout under about
+#: 1 ms as 0, which means "block forever", so a wait with less left than this retries at once.
 MIN_SLEEP = 0.01
+
+#: One queued acquire attempt with the waiter's ticket.
+Attempt = Callable[[WaitTicket], LockReply]
 
 
 def new_waiter() -> str:
@@ -32,9 +35,9 @@ def new_waiter() -> str:
     return new_owner()
 
 
-def wake_key(waiter: str) -> str:
-    """The list a release pushes to when it hands a key to ``waiter``."""
-    return f"{NAMESPACE}:wake:{waiter}"
+def new_ticket(primitive: str, key: str, owner: str, ttl_ms: int, wait: float) -> WaitTicket:
+    """A fresh ticket for a waiter on ``key`` that stays queued ``wait`` seconds."""
+    return WaitTicket(primitive, key, new_waiter(), owner, ttl_ms, max(1, int(wait * 1000)))
 
 
 def sleep_for(remaining: float, busy_for_ms: int) -> float:
@@ -43,77 +46,57 @@ def sleep_for(remaining: float, busy_for_ms: int) -> float:
     return max(MIN_SLEEP, min(remaining, lapse, MAX_SLEEP))
 
 
-def take_or_wait(
+def wait_to_take(
     store: Store,
-    script: str,
-    keys: tuple[str, ...],
-    args: tuple[str | int, ...],
+    primitive: str,
+    key: str,
+    attempt: Attempt,
     *,
-    queue: tuple[str, ...],
     owner: str,
     ttl_ms: int,
     wait: float,
     give_back: Callable[[int], object],
-) -> tuple[int, int] | None:
-    """Run an acquire ``script`` and, while busy, wait to be handed the key.
+) -> LockReply | None:
+    """After a plain acquire found ``key`` busy, queue up and wait up to ``wait`` seconds to be
+    handed it.
 
-    The script takes ``args + (queue member, wait_ms, retry flag)`` and replies
-    ``{1, count, token}`` when held or ``{0, holder's remaining ms, 0}`` when busy. ``keys`` are
-    what an attempt that will not wait needs; a waiting attempt also passes ``queue`` (the queue
-    and deadlines keys) and the waiter's wake list as its last key, so a retry that comes after
-    a handoff takes the handed hold instead of re-entering it.
-    Returns ``(count, token)`` once held, None when ``wait`` ran out.
+    The plain acquire (no ticket) is the smallest call the store accepts: an uncontended
+    acquire is just that, even when the caller would wait. Only a busy key pays for joining
+    the queue: ``attempt(ticket)`` queues the ticket (or, once it was queued, first takes a
+    hold handed to it meanwhile). Returns the held reply, or None when ``wait`` ran out.
 
     If the wait is interrupted (Ctrl-C, a store error), the waiter leaves the queue; a key it
     was handed meanwhile is given straight back with ``give_back(token)``, so it is not
     stranded until its ttl with an owner who no longer wants it.
     """
-    # First the smallest call the script accepts: an uncontended acquire is just this, even
-    # when the caller would wait. Only a busy key pays for joining the queue.
-    held, count, token = store.run_script(script, keys, args)
-    if held or wait <= 0:
-        return (int(count), int(token)) if held else None
     deadline = time.monotonic() + wait
-    waiter = new_waiter()
-    member = f"{waiter}|{owner}|{ttl_ms}"
-    wake = wake_key(waiter)
-    wait_keys = (*keys, *queue, wake)
+    ticket = new_ticket(primitive, key, owner, ttl_ms, wait)
     try:
-        return _wait(store, script, wait_keys, args, queue, member, wake, wait, deadline)
+        return _wait(store, attempt, ticket, deadline)
     except BaseException:
         with contextlib.suppress(Exception):
-            handed = store.run_script("wait_cancel", (*queue, wake), (member,))
+            handed = store.wait_cancel(ticket)
             if handed:
-                give_back(int(handed))
+                give_back(handed)
         raise
 
 
-def _wait(
-    store: Store,
-    script: str,
-    wait_keys: tuple[str, ...],
-    args: tuple[str | int, ...],
-    queue: tuple[str, ...],
-    member: str,
-    wake: str,
-    wait: float,
-    deadline: float,
-) -> tuple[int, int] | None:
-    """The queued part of ``take_or_wait``: retry, sleep on the wake list, give up in time."""
-    retry = 0  # the first queued attempt cannot have been handed anything: the script skips that
+def _wait(store: Store, attempt: Attempt, ticket: WaitTicket, deadline: float) -> LockReply | None:
+    """The queued part of ``wait_to_take``: retry, sleep on the wake list, give up in time."""
     while True:
-        held, count, token = store.run_script(
-            script, wait_keys, (*args, member, max(1, int(wait * 1000)), retry)
-        )
-        retry = 1
-        if held:
-            return int(count), int(token)
-        busy_for = int(count)
+        reply = attempt(ticket)
+        if not ticket.queued:  # the first queued attempt cannot have been handed anything
+            ticket = WaitTicket(
+                ticket.primitive, ticket.key, ticket.waiter, ticket.owner, ticket.ttl_ms,
+                ticket.wait_ms, queued=True,
+            )  # fmt: skip
+        if reply.held:
+            return reply
         remaining = deadline - time.monotonic()
         if remaining < MIN_SLEEP:  # too little left to sleep on: give up (or take a handoff)
-            handed = store.run_script("wait_cancel", (*queue, wake), (member,))
-            return (1, int(handed)) if handed else None
-        signal = store.wait_signal(wake, sleep_for(remaining, busy_for))
-        if signal is not None:
-            return 1, int(signal)
+            handed = store.wait_cancel(ticket)
+            return LockReply(True, 1, handed) if handed else None
+        token = store.wait_for_handoff(ticket, sleep_for(remaining, reply.busy_ms))
+        if token is not None:
+            return LockReply(True, 1, token)
         # Woken by the timeout: the holder's lease may have lapsed (it died). Try again.

@@ -16,16 +16,14 @@ import threading
 from dataclasses import dataclass
 
 from py_reactor.coordination import _options as opt
-from py_reactor.coordination._base import WAKE_PREFIX, Acquirable, Hold
+from py_reactor.coordination._base import Acquirable, Hold
 from py_reactor.coordination._extender import keep_alive, remember
-from py_reactor.coordination._waiting import take_or_wait
+from py_reactor.coordination._waiting import wait_to_take
 from py_reactor.coordination.owner import owner_or_new
-from py_reactor.coordination.store import Store, namespaced, parked
+from py_reactor.coordination.store import LockReply, Store, WaitTicket
 from py_reactor.errors import LockAcquisitionError
 
 __all__ = ["Lock", "LockHold", "LockState"]
-
-_PARTS = ("hold", "queue", "deadlines")
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,9 +77,6 @@ class Lock(Acquirable["LockHold"]):
         self.owner = owner
         self._store = store
         self._ttl_ms = max(1, int(self.ttl * 1000))
-        # Every key ends in its own suffix, so no user key can name another key's Redis key.
-        # A release also wakes the oldest execution parked on the key (the last three).
-        self._keys = (*(namespaced("lock", key, part) for part in _PARTS), *parked("lock", key))
         self._local = threading.local()
 
     def acquire(self, *, wait: float | None = None) -> LockHold:
@@ -96,17 +91,21 @@ class Lock(Acquirable["LockHold"]):
         """
         owner = owner_or_new(self.owner)
         wait = self.wait if wait is None else opt.check_non_negative(repr(self), "wait", wait)
-        store = self.store
-        taken = take_or_wait(
-            store, "lock_acquire", self._keys[:1], (owner, self._ttl_ms), queue=self._keys[1:3],
-            give_back=lambda token: store.run_script(
-                "lock_release", self._keys, (owner, WAKE_PREFIX, token)
-            ),
-            owner=owner, ttl_ms=self._ttl_ms, wait=wait,
-        )  # fmt: skip
-        if taken is None:
-            raise self._busy(wait)
-        return self._held(store, owner, *taken)
+        store, key, ttl_ms = self.store, self.key, self._ttl_ms
+        taken = store.lock_acquire(key, owner, ttl_ms)  # uncontended: this call is all
+        if not taken.held:
+
+            def attempt(waiter: WaitTicket) -> LockReply:
+                return store.lock_acquire(key, owner, ttl_ms, waiter=waiter)
+
+            handed = None if wait <= 0 else wait_to_take(
+                store, "lock", key, attempt, owner=owner, ttl_ms=ttl_ms, wait=wait,
+                give_back=lambda token: store.lock_release(key, owner, token),
+            )  # fmt: skip
+            if handed is None:
+                raise self._busy(wait)
+            taken = handed
+        return self._held(store, owner, taken.count, taken.token)
 
     def adopt(self, owner: str, token: int, count: int) -> LockHold | None:
         """Take over a hold that ``owner`` still has (one round trip), e.g. after a park or in
@@ -116,7 +115,7 @@ class Lock(Acquirable["LockHold"]):
             StoreUnavailableError: the store cannot be reached.
         """
         store = self.store
-        if not store.run_script("lock_extend", self._keys[:1], (owner, self._ttl_ms, int(token))):
+        if not store.lock_extend(self.key, owner, self._ttl_ms, int(token)):
             return None
         return self._held(store, owner, int(count), int(token))
 
@@ -141,15 +140,13 @@ class Lock(Acquirable["LockHold"]):
 
     def state(self) -> LockState:
         """Who holds the lock right now (one read-only round trip)."""
-        owner, count, token, pttl, waiters = self.store.run_script(
-            "lock_state", (self._keys[0], self._keys[1]), ()
-        )
+        info = self.store.lock_state(self.key)
         return LockState(
-            owner=owner or None,
-            count=int(count),
-            fencing_token=int(token),
-            ttl=int(pttl) / 1000 if int(pttl) > 0 else None,
-            waiters=int(waiters),
+            owner=info.owner,
+            count=info.count,
+            fencing_token=info.token,
+            ttl=info.pttl_ms / 1000 if info.pttl_ms > 0 else None,
+            waiters=info.waiters,
         )
 
     def __repr__(self) -> str:
@@ -169,17 +166,15 @@ class LockHold(Hold):
     __slots__ = ("fencing_token",)
 
     def __init__(self, lock: Lock, store: Store, owner: str, token: int, count: int) -> None:
-        super().__init__(
-            store,
-            lock.key,
-            owner,
-            count,
-            scripts=("lock_release", "lock_extend"),
-            keys=lock._keys,
-            ttl_ms=lock._ttl_ms,
-            check=(token,),
-        )
+        super().__init__(store, lock.key, owner, count, ttl_ms=lock._ttl_ms)
         self.fencing_token = token
+
+    def _give_back(self) -> int:
+        # The token: a stale hold of the same owner (expired, taken again) frees nothing.
+        return self.store.lock_release(self.key, self.owner, self.fencing_token)
+
+    def _renew(self) -> bool:
+        return self.store.lock_extend(self.key, self.owner, self._ttl_ms, self.fencing_token)
 
     def __repr__(self) -> str:
         state = "released" if self.released else "held"

@@ -17,8 +17,8 @@ batch.
 Waiting does not poll: the release of a position pushes to a wake list of the position that
 becomes current, which its waiter blocks on; the block is capped so that a blocker that stops
 heartbeating is noticed around the moment it turns stale. Taking a position, checking a turn,
-releasing and heartbeating are one Lua call (one round trip) each; see
-``storage/lua/ordered_lock_*.lua`` for the Redis layout.
+releasing and heartbeating are one store call (one round trip) each; see
+``storage/lua/ordered_lock_*.lua`` and ``storage/keys.py`` for the Redis layout.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from py_reactor.coordination import _options as opt
 from py_reactor.coordination._base import UsesStore
 from py_reactor.coordination._extender import keep_alive
 from py_reactor.coordination._waiting import sleep_for
-from py_reactor.coordination.store import Store, namespaced, parked
+from py_reactor.coordination.store import ORDERED_UNCHANGED, Store
 from py_reactor.errors import CoordinationError, DefinitionError, OrderedLockWaitError
 
 __all__ = ["OrderedLock", "OrderedLockState", "Position", "Turn"]
@@ -142,10 +142,6 @@ class OrderedLock(UsesStore):
         self._ttl_ms = max(1, math.ceil(self.ttl * 1000))
         self._poison_ms = max(1, math.ceil(self.poison_pill_timeout * 1000))
         self._every = max(self.poison_pill_timeout / 3, MIN_HEARTBEAT)
-        self._state_key = namespaced(PRIMITIVE, key, "state")
-        self._beats_key = namespaced(PRIMITIVE, key, "beats")
-        self._wake_prefix = namespaced(PRIMITIVE, key, "wake")
-        self._parked = parked(PRIMITIVE, key)
         self._local = threading.local()
 
     def take_position(self) -> Position:
@@ -161,10 +157,8 @@ class OrderedLock(UsesStore):
         Raises:
             StoreUnavailableError: the store cannot be reached.
         """
-        epoch, number = self.store.run_script(
-            "ordered_lock_take", (self._state_key, self._beats_key), (self._ttl_ms,)
-        )
-        position = Position(self.key, int(epoch), int(number))
+        epoch, number = self.store.ordered_lock_take(self.key, self._ttl_ms)
+        position = Position(self.key, epoch, number)
         self._watch(position)
         return position
 
@@ -192,20 +186,18 @@ class OrderedLock(UsesStore):
         store = self.store
         heartbeat = self._watch(position)
         deadline = None if self.wait is None else time.monotonic() + self.wait
-        wake = f"{self._wake_prefix}:{position.epoch}:{position.number}"
-        args = (position.epoch, position.number, self._poison_ms, self._ttl_ms)
+        key, epoch, number = self.key, position.epoch, position.number
         while True:
-            status, detail, stale_in_ms = store.run_script("ordered_lock_turn", self._keys, args)
-            status = int(status)
-            if status == 1:
-                return Turn(self, position, self.strict and int(detail) == 1, heartbeat)
-            if status == -1:
+            reply = store.ordered_lock_turn(key, epoch, number, self._poison_ms, self._ttl_ms)
+            if reply.outcome == "turn":
+                return Turn(self, position, self.strict and reply.failed, heartbeat)
+            if reply.outcome == "never":
                 self._unwatch(position)
                 raise self._never(position)
             remaining = math.inf if deadline is None else deadline - time.monotonic()
             if remaining <= 0:
-                raise self._timed_out(position, int(detail))
-            store.wait_signal(wake, sleep_for(remaining, int(stale_in_ms)))
+                raise self._timed_out(position, reply.blocker)
+            store.ordered_lock_wait(key, epoch, number, sleep_for(remaining, reply.stale_in_ms))
 
     def abandon(self, position: Position) -> None:
         """Give up a position without doing its work (one round trip); it is not a failure.
@@ -231,16 +223,13 @@ class OrderedLock(UsesStore):
         Raises:
             StoreUnavailableError: the store cannot be reached.
         """
-        epoch, issued, done, failed = self.store.run_script(
-            "ordered_lock_state", (self._state_key,), ()
-        )
-        issued, done = int(issued), int(done)
+        info = self.store.ordered_lock_state(self.key)
         return OrderedLockState(
-            epoch=int(epoch),
-            next_position=issued + 1,
-            last_completed=done,
-            in_flight=issued - done,
-            failed=int(failed) == 1,
+            epoch=info.epoch,
+            next_position=info.issued + 1,
+            last_completed=info.done,
+            in_flight=info.issued - info.done,
+            failed=info.failed,
         )
 
     def __enter__(self) -> Turn:
@@ -275,11 +264,6 @@ class OrderedLock(UsesStore):
 
     # -- internals -------------------------------------------------------------------------
 
-    @property
-    def _keys(self) -> tuple[str, ...]:
-        # A release also wakes every execution parked on the key (the last three).
-        return self._state_key, self._beats_key, self._wake_prefix, *self._parked
-
     def _check(self, position: Any) -> None:
         if not isinstance(position, Position) or position.key != self.key:
             raise CoordinationError(
@@ -299,28 +283,21 @@ class OrderedLock(UsesStore):
 
     def _beat(self, position: Position) -> bool:
         """Refresh the position's heartbeat (one round trip); False when no longer pending."""
-        alive = self.store.run_script(
-            "ordered_lock_heartbeat",
-            (self._state_key, self._beats_key),
-            (position.epoch, position.number, self._ttl_ms),
+        return self.store.ordered_lock_heartbeat(
+            self.key, position.epoch, position.number, self._ttl_ms
         )
-        return int(alive) == 1
 
     def _finish(self, position: Position, *, failed: bool) -> int:
         """Release or abandon the position (one round trip); the release script's outcome."""
         self._unwatch(position)
-        outcome, _ = self.store.run_script(
-            "ordered_lock_release",
-            self._keys,
-            (
-                position.epoch,
-                position.number,
-                1 if failed and self.strict else 0,
-                self._poison_ms,
-                self._ttl_ms,
-            ),
+        return self.store.ordered_lock_release(
+            self.key,
+            position.epoch,
+            position.number,
+            failed=failed and self.strict,
+            poison_ms=self._poison_ms,
+            ttl_ms=self._ttl_ms,
         )
-        return int(outcome)
 
     def _never(self, position: Position) -> OrderedLockWaitError:
         return OrderedLockWaitError(
@@ -385,7 +362,7 @@ class Turn:
             self.released = True
         self._heartbeat.released = True
         outcome = self._lock._finish(self.position, failed=failed)
-        if outcome == 0:
+        if outcome == ORDERED_UNCHANGED:
             logger.warning(
                 "py_reactor: ordered lock %r: position %d (epoch %d) was skipped or fenced "
                 "while it held its turn (no heartbeat for %g s); its release changed nothing",

@@ -13,9 +13,9 @@ due instead, and the bucket is never marked done for work that did not happen::
 
 Buckets come from the server's clock: ``"minute"``, ``"hour"``, ``"day"``, ``"week"`` (ISO,
 from Monday), ``"month"``, ``"year"`` in UTC, or ``floor(now / every)`` for a number of
-seconds. Markers live at ``py_reactor:period:<key>:<bucket id>`` and expire 60 s after their
-bucket ends; the claim at ``py_reactor:period:<key>:claim`` holds a lease that a background
-thread extends while the work runs, so a claimant that dies frees the bucket when it lapses.
+seconds. A bucket's marker expires 60 s after the bucket ends; its claim holds a lease that a
+background thread extends while the work runs, so a claimant that dies frees the bucket when
+it lapses (the Redis layout is in ``storage/keys.py``).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import logging
 import math
 import threading
 import time
+from dataclasses import replace
 from types import TracebackType
 
 from py_reactor.coordination import _waiting
@@ -36,7 +37,7 @@ from py_reactor.coordination._options import (
     check_positive_int,
 )
 from py_reactor.coordination.owner import owner_or_new
-from py_reactor.coordination.store import NAMESPACE, Store, namespaced
+from py_reactor.coordination.store import Store
 from py_reactor.errors import CoordinationError, DefinitionError
 
 __all__ = ["CALENDAR", "Period", "PeriodClaim"]
@@ -45,13 +46,6 @@ logger = logging.getLogger("py_reactor")
 
 #: The calendar buckets ``every`` may name (UTC; a week starts on Monday, as in ISO 8601).
 CALENDAR = ("minute", "hour", "day", "week", "month", "year")
-
-_CLAIM = "period_claim"
-_RELEASE = "period_release"
-_EXTEND = "period_extend"
-_WAKE_PREFIX = f"{NAMESPACE}:wake:"
-
-_DONE, _DUE, _BUSY = 0, 1, 2
 
 
 class PeriodClaim:
@@ -102,13 +96,10 @@ class PeriodClaim:
         if self.released:
             return
         self.released = True
-        period = self._period
-        remaining = self._store.run_script(
-            _RELEASE,
-            [period.marker_key(self.bucket), period.claim_key(self.bucket), period.waiters_key],
-            [self.owner, 1 if mark else 0, self._expire_at, _WAKE_PREFIX],
+        remaining = self._store.period_release(
+            self.key, self.bucket, self.owner, mark=mark, expire_at=self._expire_at
         )
-        if int(remaining) < 0:
+        if remaining < 0:
             logger.warning(
                 "py_reactor: the claim on period %r (bucket %s) lapsed before it was "
                 "released; another caller may have run the same bucket",
@@ -127,11 +118,7 @@ class PeriodClaim:
         """
         if self.released:
             return False
-        period = self._period
-        extended = self._store.run_script(
-            _EXTEND, [period.claim_key(self.bucket)], [self.owner, period.lease_ms]
-        )
-        return bool(extended)
+        return self._store.period_extend(self.key, self.bucket, self.owner, self._period.lease_ms)
 
     def __repr__(self) -> str:
         state = "released" if self.released else "held"
@@ -194,26 +181,7 @@ class Period(UsesStore):
         self.lease = check_positive(where, "lease", lease)
         self.lease_ms = max(1, math.ceil(self.lease * 1000))
         self._store = store
-        # Markers and claims are per bucket, under their own suffixes, so no user key can name
-        # another key's marker or claim.
-        self._prefix = namespaced("period", self.key, "done")
-        self._claim_prefix = namespaced("period", self.key, "claim")
-        self.waiters_key = namespaced("period", self.key, "waiters")
         self._entered = threading.local()  # per thread: claims of the open ``with`` blocks
-
-    def marker_key(self, bucket: str) -> str:
-        """The Redis key marking ``bucket`` done: ``py_reactor:period:<key>:done:<bucket>``."""
-        return f"{self._prefix}:{bucket}"
-
-    def claim_key(self, bucket: str) -> str:
-        """The in-flight claim on ``bucket``: ``py_reactor:period:<key>:claim:<bucket>``.
-
-        Per bucket, so a run still busy with the last bucket never holds up the next one.
-        """
-        return f"{self._claim_prefix}:{bucket}"
-
-    def _keys(self) -> list[str]:
-        return [self._prefix, self._claim_prefix, self.waiters_key]
 
     def is_done(self) -> bool:
         """Whether the current bucket is already marked done (one read-only round trip).
@@ -225,8 +193,7 @@ class Period(UsesStore):
             StoreUnavailableError: the store cannot be reached.
         """
         store = self._store or self.store
-        reply = store.run_script(_CLAIM, self._keys(), ["check", self.every])
-        return int(reply[0]) == 1
+        return store.period_check(self.key, self.every)
 
     def claim(self, owner: str | None = None) -> PeriodClaim:
         """Claim the current bucket: due if its work has not succeeded yet and nobody runs it.
@@ -251,38 +218,39 @@ class Period(UsesStore):
         """
         owner = owner_or_new(owner)
         store = self._store or self.store
-        waiter = _waiting.new_waiter() if self.wait > 0 else ""
         deadline = time.monotonic() + self.wait
-        keys = self._keys()
+        ticket = (
+            _waiting.new_ticket("period", self.key, owner, self.lease_ms, self.wait)
+            if self.wait > 0
+            else None
+        )
         while True:
-            stay_ms = max(0, math.ceil((deadline - time.monotonic()) * 1000)) + 5000
-            status, bucket, expire_at, extra = store.run_script(
-                _CLAIM,
-                keys,
-                ["claim", self.every, owner, self.lease_ms, waiter, stay_ms],
-            )
-            if status != _BUSY:
+            if ticket is not None:  # queued until the wait ends, and a little longer
+                stay_ms = max(0, math.ceil((deadline - time.monotonic()) * 1000)) + 5000
+                ticket = replace(ticket, wait_ms=stay_ms)
+            reply = store.period_claim(self.key, self.every, owner, self.lease_ms, waiter=ticket)
+            if reply.outcome != "busy":
                 claim = PeriodClaim(
                     self,
                     store,
-                    due=status == _DUE,
-                    bucket=str(bucket),
-                    expire_at=int(expire_at),
+                    due=reply.outcome == "due",
+                    bucket=reply.bucket,
+                    expire_at=reply.expire_at,
                     owner=owner,
                 )
                 if claim.due:
                     keep_alive(claim, max(self.lease / 3, 0.001))
                 return claim
             remaining = deadline - time.monotonic()
-            if not waiter or remaining <= 0:
+            if ticket is None or remaining <= 0:
                 raise CoordinationError(
-                    f"period {self.key!r}: bucket {bucket} is being run by another caller "
+                    f"period {self.key!r}: bucket {reply.bucket} is being run by another caller "
                     f"and its claim was not released within wait={self.wait:g} s. Pass a "
                     "larger wait=, or retry later (if it fails, the next caller is due)",
                     primitive="period",
                     key=self.key,
                 )
-            store.wait_signal(_waiting.wake_key(waiter), _waiting.sleep_for(remaining, extra))
+            store.wait_for_handoff(ticket, _waiting.sleep_for(remaining, reply.busy_ms))
 
     def __enter__(self) -> PeriodClaim:
         claim = self.claim()

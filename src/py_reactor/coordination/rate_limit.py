@@ -7,8 +7,8 @@ checks every window of the limit and counts the call in all of them or in none: 
 (``{"second": 3, "minute": 100}``) never disagree about whether a call happened. A refused call
 learns ``retry_after``: the seconds until every full window has rolled over.
 
-Counters live at ``py_reactor:rate_limit:<key>:<window seconds>:<window index>`` and expire
-when their window ends.
+There is one counter per key, window and window index, expiring when its window ends (the
+Redis layout is in ``storage/keys.py``).
 """
 
 from __future__ import annotations
@@ -26,19 +26,15 @@ from py_reactor.coordination._options import (
     check_positive_int,
     window_seconds,
 )
-from py_reactor.coordination.store import Store, namespaced
+from py_reactor.coordination.store import Store
 from py_reactor.errors import CoordinationError, DefinitionError, RateLimitExceededError
 
 __all__ = ["RateLimit"]
 
-_ACQUIRE = "rate_limit_acquire"
-_USAGE = "rate_limit_usage"
 _NAMES = {seconds: name for name, seconds in WINDOWS.items()}
 
 #: ((window seconds, limit), ...), sorted by window.
 Windows = tuple[tuple[int, int], ...]
-#: The windows, the script's keys (counter prefixes) and its args (window, limit, ...).
-_Prepared = tuple[Windows, tuple[str, ...], tuple[str, ...]]
 
 
 def _describe(window: int) -> str:
@@ -115,19 +111,13 @@ class RateLimit(UsesStore):
             windows = ((seconds, check_positive_int(where, "limit", limit)),)
         #: True when the limit is the one registered under ``key``, looked up at each acquire.
         self.registered = windows is None
-        # Counter prefixes and script args, built once, so an acquire builds nothing.
-        self._prepared: _Prepared | None = None if windows is None else self._prepare(windows)
+        self._windows: Windows | None = windows
 
-    def _prepare(self, windows: Windows) -> _Prepared:
-        keys = tuple(namespaced("rate_limit", self.key, str(seconds)) for seconds, _ in windows)
-        args = tuple(str(number) for pair in windows for number in pair)
-        return windows, keys, args
-
-    def _resolved(self) -> _Prepared:
-        """The windows, counter prefixes and script args: declared, or registered by name."""
-        prepared = self._prepared
-        if not self.registered and prepared is not None:
-            return prepared
+    def _resolved(self) -> Windows:
+        """The windows enforced: declared, or registered by name."""
+        windows = self._windows
+        if not self.registered and windows is not None:
+            return windows
         from py_reactor.config import get_config
 
         registered = get_config().rate_limits.get(self.key)
@@ -140,9 +130,7 @@ class RateLimit(UsesStore):
                 primitive="rate_limit",
                 key=self.key,
             )
-        if prepared is None or prepared[0] is not registered:
-            prepared = self._prepared = self._prepare(registered)
-        return prepared
+        return registered
 
     @property
     def windows(self) -> Windows:
@@ -151,7 +139,7 @@ class RateLimit(UsesStore):
         Raises:
             CoordinationError: the limit is looked up by name and no such name is registered.
         """
-        return self._resolved()[0]
+        return self._resolved()
 
     def acquire(self) -> None:
         """Count one call in every window, or raise if any window is full.
@@ -165,26 +153,25 @@ class RateLimit(UsesStore):
             CoordinationError: the limit is looked up by name and no such name is registered.
             StoreUnavailableError: the store cannot be reached.
         """
-        prepared = self._prepared
-        if prepared is None or self.registered:
-            prepared = self._resolved()
+        windows = self._windows
+        if windows is None or self.registered:
+            windows = self._resolved()
         store = self._store or self.store
-        windows, keys, args = prepared
-        reply = store.run_script(_ACQUIRE, keys, args)
-        if not reply:
+        reply = store.rate_limit_acquire(self.key, windows)
+        if reply.admitted:
             return
         deadline = time.monotonic() + self.wait
         while True:
-            retry_after = int(reply[0]) / 1000
+            retry_after = reply.retry_after_ms / 1000
             if retry_after > deadline - time.monotonic():
-                raise self._exceeded(windows, retry_after, [int(w) for w in reply[1:]])
+                raise self._exceeded(windows, retry_after, reply.full)
             time.sleep(retry_after)
-            reply = store.run_script(_ACQUIRE, keys, args)
-            if not reply:
+            reply = store.rate_limit_acquire(self.key, windows)
+            if reply.admitted:
                 return
 
     def _exceeded(
-        self, windows: Windows, retry_after: float, full: list[int]
+        self, windows: Windows, retry_after: float, full: tuple[int, ...]
     ) -> RateLimitExceededError:
         limits = dict(windows)
         which = ", ".join(f"{limits.get(w, '?')} per {_describe(w)}" for w in full)
@@ -207,11 +194,10 @@ class RateLimit(UsesStore):
             CoordinationError: the limit is looked up by name and no such name is registered.
             StoreUnavailableError: the store cannot be reached.
         """
-        windows, keys, _ = self._resolved()
-        seconds = [window for window, _ in windows]
+        seconds = [window for window, _ in self._resolved()]
         store = self._store or self.store
-        counts = store.run_script(_USAGE, keys, seconds)
-        return {window: int(count) for window, count in zip(seconds, counts, strict=True)}
+        counts = store.rate_limit_usage(self.key, seconds)
+        return dict(zip(seconds, counts, strict=True))
 
     def __enter__(self) -> RateLimit:
         self.acquire()
@@ -226,8 +212,8 @@ class RateLimit(UsesStore):
         return None
 
     def __repr__(self) -> str:
-        prepared = self._prepared
-        if self.registered or prepared is None:
+        windows = self._windows
+        if self.registered or windows is None:
             return f"RateLimit({self.key!r}, registered)"
-        shown = ", ".join(f"{limit}/{_describe(window)}" for window, limit in prepared[0])
+        shown = ", ".join(f"{limit}/{_describe(window)}" for window, limit in windows)
         return f"RateLimit({self.key!r}, {shown}, wait={self.wait:g})"

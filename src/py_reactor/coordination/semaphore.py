@@ -13,16 +13,14 @@ import threading
 from dataclasses import dataclass
 
 from py_reactor.coordination import _options as opt
-from py_reactor.coordination._base import WAKE_PREFIX, Acquirable, Hold
+from py_reactor.coordination._base import Acquirable, Hold
 from py_reactor.coordination._extender import keep_alive
-from py_reactor.coordination._waiting import take_or_wait
+from py_reactor.coordination._waiting import wait_to_take
 from py_reactor.coordination.owner import owner_or_new
-from py_reactor.coordination.store import Store, namespaced, parked
+from py_reactor.coordination.store import LockReply, Store, WaitTicket
 from py_reactor.errors import SemaphoreAcquisitionError
 
 __all__ = ["Semaphore", "SemaphoreHold", "SemaphoreState"]
-
-_PARTS = ("holders", "counts", "queue", "deadlines")
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,12 +66,6 @@ class Semaphore(Acquirable["SemaphoreHold"]):
         self.owner = owner
         self._store = store
         self._lease_ms = max(1, int(self.lease * 1000))
-        # Every key ends in its own suffix, so no user key can name another key's Redis key.
-        # A release also wakes the oldest execution parked on the key (the last three).
-        self._keys = (
-            *(namespaced("semaphore", key, part) for part in _PARTS),
-            *parked("semaphore", key),
-        )
         self._local = threading.local()
 
     def acquire(self, *, wait: float | None = None) -> SemaphoreHold:
@@ -85,15 +77,17 @@ class Semaphore(Acquirable["SemaphoreHold"]):
         """
         owner = owner_or_new(self.owner)
         wait = self.wait if wait is None else opt.check_non_negative(repr(self), "wait", wait)
-        store = self.store
-        taken = take_or_wait(
-            store, "semaphore_acquire", self._keys[:2], (owner, self.limit, self._lease_ms),
-            queue=self._keys[2:4],
-            give_back=lambda _: store.run_script(
-                "semaphore_release", self._keys, (owner, WAKE_PREFIX)
-            ),
-            owner=owner, ttl_ms=self._lease_ms, wait=wait,
-        )  # fmt: skip
+        store, key, limit, lease_ms = self.store, self.key, self.limit, self._lease_ms
+        taken: LockReply | None = store.semaphore_acquire(key, owner, limit, lease_ms)
+        if taken is not None and not taken.held:  # busy: only now pay for joining the queue
+
+            def attempt(waiter: WaitTicket) -> LockReply:
+                return store.semaphore_acquire(key, owner, limit, lease_ms, waiter=waiter)
+
+            taken = None if wait <= 0 else wait_to_take(
+                store, "semaphore", key, attempt, owner=owner, ttl_ms=lease_ms, wait=wait,
+                give_back=lambda _: store.semaphore_release(key, owner),
+            )  # fmt: skip
         if taken is None:
             waited = f"after waiting {wait:g} s" if wait > 0 else "(wait=0: did not wait)"
             raise SemaphoreAcquisitionError(
@@ -102,7 +96,7 @@ class Semaphore(Acquirable["SemaphoreHold"]):
                 primitive="semaphore",
                 key=self.key,
             )
-        hold = SemaphoreHold(self, store, owner, taken[0])
+        hold = SemaphoreHold(self, store, owner, taken.count)
         keep_alive(hold, max(self.lease / 3, 0.01))  # every hold: they may end in any order
         return hold
 
@@ -114,7 +108,7 @@ class Semaphore(Acquirable["SemaphoreHold"]):
             StoreUnavailableError: the store cannot be reached.
         """
         store = self.store
-        if not store.run_script("semaphore_extend", self._keys[:2], (owner, self._lease_ms)):
+        if not store.semaphore_extend(self.key, owner, self._lease_ms):
             return None
         hold = SemaphoreHold(self, store, owner, int(count))
         keep_alive(hold, max(self.lease / 3, 0.01))
@@ -122,8 +116,8 @@ class Semaphore(Acquirable["SemaphoreHold"]):
 
     def state(self) -> SemaphoreState:
         """How many owners hold a live slot, and how many wait (one read-only round trip)."""
-        held, waiters = self.store.run_script("semaphore_state", (self._keys[0], self._keys[2]), ())
-        return SemaphoreState(held=int(held), waiters=int(waiters))
+        info = self.store.semaphore_state(self.key)
+        return SemaphoreState(held=info.held, waiters=info.waiters)
 
     def __repr__(self) -> str:
         return f"Semaphore({self.key!r}, limit={self.limit}, wait={self.wait:g})"
@@ -135,12 +129,10 @@ class SemaphoreHold(Hold):
     __slots__ = ()
 
     def __init__(self, semaphore: Semaphore, store: Store, owner: str, count: int) -> None:
-        super().__init__(
-            store,
-            semaphore.key,
-            owner,
-            count,
-            scripts=("semaphore_release", "semaphore_extend"),
-            keys=semaphore._keys,
-            ttl_ms=semaphore._lease_ms,
-        )
+        super().__init__(store, semaphore.key, owner, count, ttl_ms=semaphore._lease_ms)
+
+    def _give_back(self) -> int:
+        return self.store.semaphore_release(self.key, self.owner)
+
+    def _renew(self) -> bool:
+        return self.store.semaphore_extend(self.key, self.owner, self._ttl_ms)

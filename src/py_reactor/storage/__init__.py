@@ -11,18 +11,19 @@ import threading
 
 from redis.exceptions import RedisError
 
-from py_reactor.coordination.store import Store
 from py_reactor.errors import StoreUnavailableError
 from py_reactor.storage.redis import RedisStore
 
 __all__ = ["RedisStore", "current_store", "forget_store"]
 
 _lock = threading.Lock()
-_cached: tuple[tuple[object, ...], int, Store] | None = None
+_cached: tuple[tuple[object, ...], int, RedisStore] | None = None
 
 
-def current_store() -> Store:
+def current_store() -> RedisStore:
     """The store the current configuration names, created (and connected) on first use.
+
+    A ``RedisStore`` (the embedded one too), which implements ``coordination.store.Store``.
 
     Raises:
         StoreUnavailableError: the configured server, or the embedded one, cannot be reached,
@@ -42,14 +43,14 @@ def current_store() -> Store:
         if cached is not None and cached[0] == identity and cached[1] == os.getpid():
             return cached[2]
         if config.redis_url is not None:
-            store: Store = RedisStore.from_url(config.redis_url)  # masks the URL's password
+            store = RedisStore.from_url(config.redis_url)  # masks the URL's password
         else:
             store = _embedded(config.embedded_dir)
         _cached = (identity, os.getpid(), store)
         return store
 
 
-def _embedded(configured_dir: str | None) -> Store:
+def _embedded(configured_dir: str | None) -> RedisStore:
     """The embedded store, reporting any failure to set it up as StoreUnavailableError."""
     from py_reactor.storage.embedded import embedded_dir, embedded_store
 

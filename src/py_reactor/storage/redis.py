@@ -1,5 +1,9 @@
 """The Redis store: every primitive operation is one Lua script, loaded once per client.
 
+``RedisStore`` implements the typed ``coordination.store.Store`` protocol: each method names
+its script, passes every key name it knows in ``KEYS`` (from ``storage.keys``) and turns the raw
+reply into the protocol's reply type, so the primitives see neither.
+
 Scripts live in ``storage/lua/<operation>.lua``; each opens with a header listing its KEYS, ARGV
 and reply. They are read with ``importlib.resources`` (so they ship inside the wheel) and run
 with EVALSHA, falling back to loading the script the first time a server has not seen it.
@@ -10,16 +14,27 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Sequence
-from functools import cache
+from functools import cache, lru_cache
 from importlib import resources
-from typing import Any
+from typing import Any, Literal
 
 import redis
 from redis.backoff import NoBackoff
 from redis.commands.core import Script
 from redis.retry import Retry
 
+from py_reactor.coordination.store import (
+    LockInfo,
+    LockReply,
+    OrderedLockInfo,
+    PeriodReply,
+    RateLimitReply,
+    SemaphoreInfo,
+    TurnReply,
+    WaitTicket,
+)
 from py_reactor.errors import CoordinationError, StoreUnavailableError
+from py_reactor.storage import keys
 from py_reactor.storage.urls import EXAMPLE, redact, scrub, secrets_of
 
 __all__ = ["CONNECT_TIMEOUT", "RedisStore", "lua_source"]
@@ -45,7 +60,7 @@ _INCLUDE = re.compile(r"^-- #include (_\w+)$", re.MULTILINE)
 
 
 class RedisStore:
-    """A ``Store`` over one redis-py client (and its connection pool).
+    """A ``Store`` over one redis-py client (and its connection pool): one script per method.
 
     ``description`` names the server in messages and never holds a password: ``from_url``
     masks it, and every redis-py message quoted in an error has the client's password removed.
@@ -101,8 +116,206 @@ class RedisStore:
                     self._scripts[name] = script
         return script
 
+    # -- the Store protocol: one script, one round trip each (see coordination.store) ------
+
+    def lock_acquire(
+        self, key: str, owner: str, ttl_ms: int, *, waiter: WaitTicket | None = None
+    ) -> LockReply:
+        k = keys.lock(key)
+        if waiter is None:  # the common, cheap call: no queue member, no wake list
+            held, count, token = self.run_script(
+                "lock_acquire", (k.hold, k.queue, k.deadlines), (owner, ttl_ms, k.wake)
+            )
+        else:
+            held, count, token = self.run_script(
+                "lock_acquire",
+                (k.hold, k.queue, k.deadlines, k.wake + waiter.waiter),
+                (owner, ttl_ms, k.wake, *_queued(waiter)),
+            )
+        # {1, count, token} when held, {0, the holder's ms left, 0} when busy
+        return LockReply(True, count, token) if held else LockReply(False, 0, 0, count)
+
+    def lock_release(self, key: str, owner: str, token: int) -> int:
+        k = keys.lock(key)
+        # DUE and READY are global, so this call is cross-slot (see lock_release.lua).
+        return int(
+            self.run_script(
+                "lock_release",
+                (k.hold, k.queue, k.deadlines, k.parked, keys.DUE, keys.READY),
+                (owner, k.wake, token),
+            )
+        )
+
+    def lock_extend(self, key: str, owner: str, ttl_ms: int, token: int) -> bool:
+        return bool(self.run_script("lock_extend", (keys.lock(key).hold,), (owner, ttl_ms, token)))
+
+    def lock_state(self, key: str) -> LockInfo:
+        k = keys.lock(key)
+        owner, count, token, pttl, waiters = self.run_script("lock_state", (k.hold, k.queue), ())
+        return LockInfo(owner or None, int(count), int(token), int(pttl), int(waiters))
+
+    def semaphore_acquire(
+        self, key: str, owner: str, limit: int, lease_ms: int, *, waiter: WaitTicket | None = None
+    ) -> LockReply:
+        k = keys.semaphore(key)
+        if waiter is None:  # the common, cheap call: no queue member, no wake list
+            held, count, _ = self.run_script(
+                "semaphore_acquire",
+                (k.holders, k.counts, k.queue, k.deadlines),
+                (owner, limit, lease_ms, k.wake),
+            )
+        else:
+            held, count, _ = self.run_script(
+                "semaphore_acquire",
+                (k.holders, k.counts, k.queue, k.deadlines, k.wake + waiter.waiter),
+                (owner, limit, lease_ms, k.wake, *_queued(waiter)),
+            )
+        # {1, count, 0} when held, {0, ms until the soonest lease lapses, 0} when all are taken
+        return LockReply(True, count, 0) if held else LockReply(False, 0, 0, count)
+
+    def semaphore_release(self, key: str, owner: str) -> int:
+        k = keys.semaphore(key)
+        # DUE and READY are global, so this call is cross-slot (see semaphore_release.lua).
+        return int(
+            self.run_script(
+                "semaphore_release",
+                (k.holders, k.counts, k.queue, k.deadlines, k.parked, keys.DUE, keys.READY),
+                (owner, k.wake),
+            )
+        )
+
+    def semaphore_extend(self, key: str, owner: str, lease_ms: int) -> bool:
+        k = keys.semaphore(key)
+        return bool(self.run_script("semaphore_extend", (k.holders, k.counts), (owner, lease_ms)))
+
+    def semaphore_state(self, key: str) -> SemaphoreInfo:
+        k = keys.semaphore(key)
+        held, waiters = self.run_script("semaphore_state", (k.holders, k.queue), ())
+        return SemaphoreInfo(int(held), int(waiters))
+
+    def wait_for_handoff(self, ticket: WaitTicket, timeout: float) -> int | None:
+        signal = self.wait_signal(keys.wake(ticket.primitive, ticket.key, ticket.waiter), timeout)
+        return None if signal is None else int(signal)
+
+    def wait_cancel(self, ticket: WaitTicket) -> int:
+        if ticket.primitive == "lock":
+            k: keys.LockKeys | keys.SemaphoreKeys = keys.lock(ticket.key)
+        elif ticket.primitive == "semaphore":
+            k = keys.semaphore(ticket.key)
+        else:
+            raise CoordinationError(
+                f"wait_cancel: a {ticket.primitive} has no waiter queue (only a lock or a "
+                f"semaphore does); ticket {ticket!r}"
+            )
+        return int(
+            self.run_script(
+                "wait_cancel", (k.queue, k.deadlines, k.wake + ticket.waiter), (_member(ticket),)
+            )
+        )
+
+    def period_check(self, key: str, every: str | int) -> bool:
+        k = keys.period(key)
+        reply = self.run_script("period_claim", (k.done, k.claim, k.waiters), ("check", every))
+        return int(reply[0]) == 1
+
+    def period_claim(
+        self,
+        key: str,
+        every: str | int,
+        owner: str,
+        lease_ms: int,
+        *,
+        waiter: WaitTicket | None = None,
+    ) -> PeriodReply:
+        k = keys.period(key)
+        queued = ("", 0) if waiter is None else (waiter.waiter, waiter.wait_ms)
+        status, bucket, expire_at, extra = self.run_script(
+            "period_claim", (k.done, k.claim, k.waiters), ("claim", every, owner, lease_ms, *queued)
+        )
+        outcome = _PERIOD[int(status)]
+        if outcome == "busy":
+            return PeriodReply(outcome, str(bucket), int(expire_at), busy_ms=int(extra))
+        return PeriodReply(outcome, str(bucket), int(expire_at), count=int(extra))
+
+    def period_release(
+        self, key: str, bucket: str, owner: str, *, mark: bool, expire_at: int
+    ) -> int:
+        k = keys.period(key)
+        return int(
+            self.run_script(
+                "period_release",
+                (keys.period_marker(key, bucket), keys.period_claim(key, bucket), k.waiters),
+                (owner, 1 if mark else 0, expire_at, k.wake),
+            )
+        )
+
+    def period_extend(self, key: str, bucket: str, owner: str, lease_ms: int) -> bool:
+        claim = keys.period_claim(key, bucket)
+        return bool(self.run_script("period_extend", (claim,), (owner, lease_ms)))
+
+    def rate_limit_acquire(self, key: str, windows: tuple[tuple[int, int], ...]) -> RateLimitReply:
+        prefixes, args = _rate_limit_call(key, windows)
+        reply = self.run_script("rate_limit_acquire", prefixes, args)
+        if not reply:
+            return _ADMITTED
+        return RateLimitReply(False, int(reply[0]), tuple(int(window) for window in reply[1:]))
+
+    def rate_limit_usage(self, key: str, windows: Sequence[int]) -> tuple[int, ...]:
+        windows = tuple(windows)
+        counts = self.run_script("rate_limit_usage", keys.rate_limit(key, windows), windows)
+        return tuple(int(count) for count in counts)
+
+    def ordered_lock_take(self, key: str, ttl_ms: int) -> tuple[int, int]:
+        k = keys.ordered_lock(key)
+        epoch, number = self.run_script("ordered_lock_take", (k.state, k.beats), (ttl_ms,))
+        return int(epoch), int(number)
+
+    def ordered_lock_turn(
+        self, key: str, epoch: int, number: int, poison_ms: int, ttl_ms: int
+    ) -> TurnReply:
+        k = keys.ordered_lock(key)
+        status, detail, stale_in = self.run_script(
+            "ordered_lock_turn",
+            (k.state, k.beats, keys.ordered_wake(key, epoch, number)),
+            (epoch, number, poison_ms, ttl_ms, k.wake),
+        )
+        status = int(status)
+        if status == 1:
+            return TurnReply("turn", failed=int(detail) == 1)
+        if status == 0:
+            return TurnReply("wait", blocker=int(detail), stale_in_ms=int(stale_in))
+        return TurnReply("never", blocker=int(detail))
+
+    def ordered_lock_release(
+        self, key: str, epoch: int, number: int, *, failed: bool, poison_ms: int, ttl_ms: int
+    ) -> int:
+        k = keys.ordered_lock(key)
+        # DUE and READY are global, so this call is cross-slot (see ordered_lock_release.lua).
+        outcome, _ = self.run_script(
+            "ordered_lock_release",
+            (k.state, k.beats, k.parked, keys.DUE, keys.READY),
+            (epoch, number, 1 if failed else 0, poison_ms, ttl_ms, k.wake),
+        )
+        return int(outcome)
+
+    def ordered_lock_heartbeat(self, key: str, epoch: int, number: int, ttl_ms: int) -> bool:
+        k = keys.ordered_lock(key)
+        args = (epoch, number, ttl_ms)
+        return int(self.run_script("ordered_lock_heartbeat", (k.state, k.beats), args)) == 1
+
+    def ordered_lock_state(self, key: str) -> OrderedLockInfo:
+        state = keys.ordered_lock(key).state
+        epoch, issued, done, failed = self.run_script("ordered_lock_state", (state,), ())
+        return OrderedLockInfo(int(epoch), int(issued), int(done), int(failed) == 1)
+
+    def ordered_lock_wait(self, key: str, epoch: int, number: int, timeout: float) -> bool:
+        return self.wait_signal(keys.ordered_wake(key, epoch, number), timeout) is not None
+
+    # -- raw access (storage's own modules and tests) --------------------------------------
+
     def run_script(self, name: str, keys: Sequence[str], args: Sequence[str | int | float]) -> Any:
-        """Run script ``name`` in one round trip (EVALSHA; loaded first if the server lacks it).
+        """Run script ``name`` in one round trip (EVALSHA; loaded first if the server lacks it)
+        and return its raw reply.
 
         Calls EVALSHA directly rather than through redis-py's ``Script.__call__``, which costs
         a few microseconds per call that every acquire and release would pay.
@@ -172,3 +385,26 @@ class RedisStore:
 
     def __repr__(self) -> str:
         return f"<RedisStore {self.description}>"
+
+
+def _member(ticket: WaitTicket) -> str:
+    """The ticket's member of its key's queue: ``<waiter>|<owner>|<ttl_ms>``."""
+    return f"{ticket.waiter}|{ticket.owner}|{ticket.ttl_ms}"
+
+
+def _queued(ticket: WaitTicket) -> tuple[str, int, int]:
+    """The ARGV a waiting acquire adds: queue member, wait ms, retry flag."""
+    return _member(ticket), max(1, ticket.wait_ms), 1 if ticket.queued else 0
+
+
+_PERIOD: tuple[Literal["done", "due", "busy"], ...] = ("done", "due", "busy")
+_ADMITTED = RateLimitReply(True)
+
+
+@lru_cache(maxsize=1024)
+def _rate_limit_call(
+    key: str, windows: tuple[tuple[int, int], ...]
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """A rate limit's counter prefixes and script args (window, limit, ...), built once."""
+    prefixes = keys.rate_limit(key, tuple(window for window, _ in windows))
+    return prefixes, tuple(str(number) for pair in windows for number in pair)

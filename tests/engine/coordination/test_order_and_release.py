@@ -28,6 +28,7 @@ from py_reactor.errors import (
     SemaphoreAcquisitionError,
 )
 from py_reactor.observability import events as ev
+from py_reactor.storage import keys
 from tests._holds import ordered_position, ordered_positions
 from tests.engine.coordination._helpers import (
     BEHAVIOUR,
@@ -109,7 +110,7 @@ def test_every_primitive_is_held_by_the_run_while_its_step_runs(key: str, raw: r
         lock = Lock(key).state()
         seen["lock"] = (lock.owner, lock.count)
         seen["semaphore"] = Semaphore(key, limit=1).state().held
-        seen["claim"] = len(raw.keys(f"py_reactor:period:{key}:claim:*"))
+        seen["claim"] = len(raw.keys(f"{keys.period(key).claim}:*"))
         seen["period_done"] = Period(key, every="day").is_done()
         seen["rate"] = RateLimit(key, limit=5, period="minute").usage()
         seen["root"] = probe.context.root_id
@@ -130,7 +131,7 @@ def test_every_primitive_is_held_by_the_run_while_its_step_runs(key: str, raw: r
     # Afterwards: everything released, the period marked, the call still counted.
     assert lock_is_free(key)
     assert semaphore_is_free(key)
-    assert raw.keys(f"py_reactor:period:{key}:claim:*") == []
+    assert raw.keys(f"{keys.period(key).claim}:*") == []
     assert Period(key, every="day").is_done() is True
     assert RateLimit(key, limit=5, period="minute").usage() == {60: 1}
     assert outcome.context.held_keys == []

@@ -71,6 +71,7 @@ from py_reactor.dsl.declaration import StepDeclaration
 from py_reactor.engine.context import Context, running_context
 from py_reactor.engine.results import Outcome
 from py_reactor.observability import events as ev
+from py_reactor.storage import keys
 from tests._holds import ordered_positions
 from tests.engine.coordination._helpers import lock_is_free
 
@@ -541,7 +542,7 @@ class World:
     def _claimed_bucket(self, where: str, key: str) -> str | None:
         """The bucket of the claim this execution holds on period ``key``."""
         owner = running_owner()
-        for claim in self.client.scan_iter(f"py_reactor:period:{key}:claim:*"):
+        for claim in self.client.scan_iter(f"{keys.period(key).claim}:*"):
             if self.client.hget(claim, "owner") == owner:
                 return str(claim).rsplit(":", 1)[1]
         self.violation(f"{where}: the work runs without a claim on period {key}")
@@ -716,7 +717,7 @@ def _run_all(world: World) -> tuple[list[tuple[str, Outcome]], list[str]]:
 
 
 def _rate_counters(client: redis.Redis, key: str) -> list[int]:
-    return [int(client.get(k) or 0) for k in client.scan_iter(f"py_reactor:rate_limit:{key}:*")]
+    return [int(client.get(k) or 0) for k in client.scan_iter(keys.pattern("rate_limit", key))]
 
 
 def _summary(world: World, outcomes: list[tuple[str, Outcome]], elapsed: float) -> str:
@@ -769,7 +770,8 @@ def test_any_mix_of_outcomes_leaves_nothing_held(key: str, raw: redis.Redis, see
     for k in world.ordered:
         turns = OrderedLock(k).state()
         assert turns.in_flight == 0, f"seed {seed}: ordered lock {k}: {turns}"
-    claims = sorted(raw.scan_iter(f"py_reactor:period:{world.prefix}-*:claim:*"))
+    # The claims of every period key of this world ("<prefix>-*" globs inside the hash tag).
+    claims = sorted(raw.scan_iter(f"{keys.period(world.prefix + '-*').claim}:*"))
     assert claims == [], f"seed {seed}: period claims left"
     assert world.kept == {}, f"seed {seed}: steps failed for good and never compensated"
     for k, entered in world.turns.items():

@@ -1,6 +1,8 @@
 -- Write an execution's progress, if the caller still owns it (compare-and-set on the epoch).
 -- KEYS[1] record hash; KEYS[2] leases zset; KEYS[3] due zset; KEYS[4] parked list of the key
--- waited on ("" when none)
+-- waited on (py_reactor:<primitive>:{<key>}:parked, "" when none)
+-- The record and the global sets are not in one hash slot (nor is the key's parked list): this
+-- script is cross-slot, as execution records are until the due set is sharded.
 -- ARGV[1] id; ARGV[2] epoch; ARGV[3] context JSON; ARGV[4] status; ARGV[5] lease ms (running),
 -- ARGV[6] waiting_on JSON ("" when none); ARGV[7] outcome JSON ("" when none);
 -- ARGV[8] due in ms (parked: when the timer backstop dispatches it again), "" when not parked;

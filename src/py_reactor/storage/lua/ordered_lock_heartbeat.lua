@@ -4,8 +4,8 @@
 -- pill, and pushes out the expiry of the lock's keys. Refuses (and writes nothing) once the
 -- position is no longer pending: released, skipped, abandoned, or of an ended epoch.
 --
--- KEYS[1]  state   py_reactor:ordered_lock:<key>:state
--- KEYS[2]  beats   py_reactor:ordered_lock:<key>:beats
+-- KEYS[1]  state   py_reactor:ordered_lock:{<key>}:state
+-- KEYS[2]  beats   py_reactor:ordered_lock:{<key>}:beats
 -- ARGV[1]  epoch   the position's epoch (digits)
 -- ARGV[2]  number  the position's number
 -- ARGV[3]  ttl     expiry of every key written, in milliseconds

@@ -8,17 +8,22 @@
 -- turn is abandoned: its heartbeat is removed, so it is skipped the moment it comes up.
 -- A position of an ended epoch, or one already released or skipped, changes nothing.
 --
--- KEYS[1]  state   py_reactor:ordered_lock:<key>:state
--- KEYS[2]  beats   py_reactor:ordered_lock:<key>:beats
--- KEYS[3]  wake    py_reactor:ordered_lock:<key>:wake  (prefix of the wake lists)
--- KEYS[4]  parked  list of execution ids parked on this ordered lock (optional, with KEYS[5]
---                  due: zset of parked ids -> due time, and KEYS[6] ready: list dispatchers pop);
---                  every one is woken when the turn passes on: each checks its own turn
+-- KEYS[1]  state   py_reactor:ordered_lock:{<key>}:state
+-- KEYS[2]  beats   py_reactor:ordered_lock:{<key>}:beats
+-- KEYS[3]  parked  py_reactor:ordered_lock:{<key>}:parked, execution ids parked on this
+--                  ordered lock (optional, with KEYS[4] due: zset of parked ids -> due time,
+--                  and KEYS[5] ready: list dispatchers pop); every one is woken when the turn
+--                  passes on: each checks its own turn
 -- ARGV[1]  epoch   the position's epoch (digits)
 -- ARGV[2]  number  the position's number
 -- ARGV[3]  failed  1 to record that this position failed (strict mode), else 0
 -- ARGV[4]  poison  the poison-pill timeout, in milliseconds
 -- ARGV[5]  ttl     expiry of every key written, in milliseconds
+-- ARGV[6]  wake    py_reactor:ordered_lock:{<key>}:wake: (prefix of the wake lists; the one of
+--                  the position that becomes current is <wake><epoch>:<number>)
+-- KEYS[1..3] and the wake lists share the lock's hash tag; KEYS[4] and KEYS[5] are global (one
+-- due set for every key), so this script is cross-slot when it wakes parked executions:
+-- parking cannot run on Redis Cluster until the due set is sharded.
 --
 -- Reply:   {1, done}  the turn passed on; done is the new last completed position
 --          {2, 0}     the turn passed on and the sequence drained (a new epoch began)
@@ -28,14 +33,14 @@
 -- Keys:
 --   state  hash  epoch, issued, done, failed (see ordered_lock_take.lua)
 --   beats  hash  <number> -> server time in milliseconds of that position's last heartbeat
---   <wake>:<epoch>:<number>  list  pushed to (one element at most) when <number> becomes the
+--   <wake><epoch>:<number>  list  pushed to (one element at most) when <number> becomes the
 --                current position; its waiter blocks on it
 
 -- #include _wake_parked
-local state, beats, wake = KEYS[1], KEYS[2], KEYS[3]
+local state, beats, wake = KEYS[1], KEYS[2], ARGV[6]
 local function passed(reply)
-  if KEYS[4] then
-    wake_parked(KEYS[4], KEYS[5], KEYS[6], true)
+  if KEYS[3] then
+    wake_parked(KEYS[3], KEYS[4], KEYS[5], true)
   end
   return reply
 end
@@ -83,7 +88,7 @@ if done == issued then
 end
 
 redis.call('HSET', state, 'done', done)
-local next_wake = wake .. ':' .. epoch .. ':' .. (done + 1)
+local next_wake = wake .. epoch .. ':' .. (done + 1)
 redis.call('DEL', next_wake)
 redis.call('RPUSH', next_wake, 'turn')
 redis.call('PEXPIRE', next_wake, ttl)

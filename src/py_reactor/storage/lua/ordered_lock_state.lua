@@ -1,6 +1,6 @@
 -- ordered_lock_state.lua: read an ordered lock's counters (tests, dashboards). Writes nothing.
 --
--- KEYS[1]  state   py_reactor:ordered_lock:<key>:state
+-- KEYS[1]  state   py_reactor:ordered_lock:{<key>}:state
 --
 -- Reply:   {epoch, issued, done, failed}  epoch as a string of digits ('0' when the key has
 --          never been used or has expired); issued, done and failed as integers

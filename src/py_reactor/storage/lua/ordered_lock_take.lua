@@ -3,8 +3,8 @@
 -- Numbers a caller's place in line (INCR of the epoch's sequence) and records a first
 -- heartbeat for it in the same step, so a position never exists without a heartbeat.
 --
--- KEYS[1]  state   py_reactor:ordered_lock:<key>:state
--- KEYS[2]  beats   py_reactor:ordered_lock:<key>:beats
+-- KEYS[1]  state   py_reactor:ordered_lock:{<key>}:state
+-- KEYS[2]  beats   py_reactor:ordered_lock:{<key>}:beats
 -- ARGV[1]  ttl     expiry of every key written, in milliseconds
 --
 -- Reply:   {epoch, number}  epoch as a string of digits, number an integer >= 1

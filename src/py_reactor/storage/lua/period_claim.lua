@@ -1,9 +1,11 @@
 -- Check or claim the current bucket of a period: the work runs once per bucket.
 --
--- KEYS[1]  marker prefix: py_reactor:period:<key>:done (the marker is <prefix>:<bucket id>)
--- KEYS[2]  claim prefix: py_reactor:period:<key>:claim (the claim is <prefix>:<bucket id>, so a
---          claim still held on the last bucket never holds up the current one)
--- KEYS[3]  waiters: py_reactor:period:<key>:waiters
+-- KEYS[1]  marker prefix: py_reactor:period:{<key>}:done (the marker is <prefix>:<bucket id>)
+-- KEYS[2]  claim prefix: py_reactor:period:{<key>}:claim (the claim is <prefix>:<bucket id>, so
+--          a claim still held on the last bucket never holds up the current one)
+-- KEYS[3]  waiters: py_reactor:period:{<key>}:waiters
+-- The bucket comes from the server clock, so the marker and claim names are built here from
+-- the prefixes; they share the prefixes' hash tag (the period's key), so all is one slot.
 -- ARGV[1]  mode: 'check' (read only) or 'claim'
 -- ARGV[2]  every: 'minute', 'hour', 'day', 'week', 'month', 'year' or a number of seconds
 -- ARGV[3]  owner of the claim                                   (claim mode only)

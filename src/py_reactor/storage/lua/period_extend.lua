@@ -1,6 +1,6 @@
 -- Push a held period claim's lease out again (called by the background extender).
 --
--- KEYS[1]  claim: py_reactor:period:<key>:claim:<bucket id> (of the bucket claimed)
+-- KEYS[1]  claim: py_reactor:period:{<key>}:claim:<bucket id> (of the bucket claimed)
 -- ARGV[1]  owner of the claim
 -- ARGV[2]  lease, ms
 --

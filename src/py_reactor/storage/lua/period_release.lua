@@ -1,13 +1,14 @@
 -- Release a period claim: mark the claimed bucket done (on success), drop the claim (or one
 -- nesting level of it) and wake every waiter so it checks again.
 --
--- KEYS[1]  marker of the bucket recorded at claim time: py_reactor:period:<key>:done:<bucket>
--- KEYS[2]  claim: py_reactor:period:<key>:claim:<bucket id> (of the bucket claimed)
--- KEYS[3]  waiters: py_reactor:period:<key>:waiters
+-- KEYS[1]  marker of the bucket recorded at claim time: py_reactor:period:{<key>}:done:<bucket>
+-- KEYS[2]  claim: py_reactor:period:{<key>}:claim:<bucket id> (of the bucket claimed)
+-- KEYS[3]  waiters: py_reactor:period:{<key>}:waiters
 -- ARGV[1]  owner of the claim
 -- ARGV[2]  '1' to mark the bucket done, '0' not to
 -- ARGV[3]  marker expire-at, unix seconds (60 s past the bucket's end)
--- ARGV[4]  wake list prefix: py_reactor:wake:
+-- ARGV[4]  wake list prefix of this period's waiters: py_reactor:period:{<key>}:wake: (the
+--          wake lists share the keys' hash tag)
 --
 -- Returns the claim's remaining nesting count (0 once dropped), or -1 if the owner no longer
 -- held it (its lease lapsed); the marker is written either way when asked for.

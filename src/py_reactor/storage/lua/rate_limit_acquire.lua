@@ -1,6 +1,8 @@
 -- Admit one call under every window of a rate limit, or none: check all, then count all.
 --
--- KEYS[i]  counter prefix of window i: py_reactor:rate_limit:<key>:<window seconds>
+-- KEYS[i]  counter prefix of window i: py_reactor:rate_limit:{<key>}:<window seconds>; the
+--          counter of the current window is built here (it comes from the server clock) and
+--          shares the prefix's hash tag (the rate limit's key)
 -- ARGV[2i-1]  window i length (whole seconds)
 -- ARGV[2i]    window i limit (calls admitted per window)
 --

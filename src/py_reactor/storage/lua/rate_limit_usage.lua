@@ -1,6 +1,7 @@
 -- Read how many calls each window of a rate limit has admitted so far (read-only).
 --
--- KEYS[i]  counter prefix of window i: py_reactor:rate_limit:<key>:<window seconds>
+-- KEYS[i]  counter prefix of window i: py_reactor:rate_limit:{<key>}:<window seconds> (the
+--          current window's counter, built here, shares its hash tag)
 -- ARGV[i]  window i length (whole seconds)
 --
 -- Returns {count of window 1, count of window 2, ...} for the windows current on the server

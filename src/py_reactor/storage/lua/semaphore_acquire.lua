@@ -4,19 +4,17 @@
 -- KEYS[3] queue     zset of waiters, member "<waiter>|<owner>|<lease_ms>", score = enqueue time
 -- KEYS[4] deadlines hash member -> server ms after which the waiter has given up
 -- KEYS[5] wake      the waiter's list a release pushes to when it hands over a slot (waiting only)
--- ARGV[1] owner; ARGV[2] limit; ARGV[3] lease_ms; ARGV[4] queue member;
--- ARGV[5] wait_ms; ARGV[6] "1" when retrying after a sleep (only then can we be queued or
--- handed a slot)
+-- ARGV[1] owner; ARGV[2] limit; ARGV[3] lease_ms; ARGV[4] wake-list prefix of this semaphore's
+-- waiters ("py_reactor:semaphore:{<key>}:wake:"); ARGV[5] queue member; ARGV[6] wait_ms;
+-- ARGV[7] "1" when retrying after a sleep (only then can we be queued or handed a slot)
 -- Returns {1, count, 0} when held, {0, ms until the soonest lease lapses, 0} when all are taken
--- A caller that will not wait passes only KEYS[1..2] and ARGV[1..3]; the queue's names are then
--- derived from KEYS[1] (".../holders" -> ".../queue").
+-- A caller that will not wait passes only KEYS[1..4] and ARGV[1..4] (the common, cheap call).
+-- Every key shares KEYS[1]'s hash tag (the semaphore's key), wake lists included.
 -- Slots that lease lapses freed (their holders died) go to the oldest live waiters first.
 -- #include _semaphore_handoff
-local member = ARGV[4] or ''
-local retry = ARGV[6] == '1'
-local base = string.sub(KEYS[1], 1, -8)  -- ".../<key>:holders" -> ".../<key>:"
-local queue = KEYS[3] or (base .. 'queue')
-local deadlines = KEYS[4] or (base .. 'deadlines')
+local member = ARGV[5] or ''
+local retry = ARGV[7] == '1'
+local queue, deadlines = KEYS[3], KEYS[4]
 if retry and redis.call('LPOP', KEYS[5]) then
   -- A release handed us a slot after our last sleep ended: that is our hold.
   return {1, tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '1'), 0}
@@ -40,8 +38,7 @@ local free = limit - redis.call('ZCARD', KEYS[1])
 if free > 0 and redis.call('EXISTS', queue) == 1 then
   -- Free slots while waiters queue: leases lapsed (their holders died), and nobody released
   -- them, so nobody handed them on. Do it now, oldest waiter first.
-  local wake_prefix = string.match(KEYS[1], '^(.-):semaphore:') .. ':wake:'
-  hand_slots(KEYS[1], KEYS[2], queue, deadlines, wake_prefix, free)
+  hand_slots(KEYS[1], KEYS[2], queue, deadlines, ARGV[4], free)
   if member ~= '' and redis.call('LPOP', KEYS[5]) then
     return {1, tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '1'), 0}  -- we were among them
   end
@@ -70,10 +67,10 @@ if redis.call('ZCARD', KEYS[1]) < limit then
 end
 if member ~= '' then
   if redis.call('ZADD', queue, 'NX', now_us, member) == 1 then
-    redis.call('HSET', deadlines, member, now + tonumber(ARGV[5]))
+    redis.call('HSET', deadlines, member, now + tonumber(ARGV[6]))
   end
-  keep(queue, tonumber(ARGV[5]) + lease)
-  keep(deadlines, tonumber(ARGV[5]) + lease)
+  keep(queue, tonumber(ARGV[6]) + lease)
+  keep(deadlines, tonumber(ARGV[6]) + lease)
 end
 local soonest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 return {0, math.max(tonumber(soonest[2]) - now, 1), 0}

@@ -3,7 +3,11 @@
 -- KEYS[3] queue zset of waiters "<waiter>|<owner>|<lease_ms>"; KEYS[4] deadlines hash
 -- KEYS[5] parked list of execution ids parked on this semaphore (optional, with KEYS[6], KEYS[7])
 -- KEYS[6] due zset of parked execution ids -> due time; KEYS[7] ready: list dispatchers pop
--- ARGV[1] owner; ARGV[2] wake-key prefix ("py_reactor:wake:")
+-- ARGV[1] owner; ARGV[2] wake-list prefix of this semaphore's waiters
+-- ("py_reactor:semaphore:{<key>}:wake:")
+-- KEYS[1..5] and the wake lists share the semaphore's hash tag; KEYS[6] and KEYS[7] are global
+-- (one due set for every key), so a release that may wake a parked execution is cross-slot:
+-- parking cannot run on Redis Cluster until the due set is sharded.
 -- Writes on handoff: the new holder's lease and count, LIST <prefix><waiter> = "1" (a waiter
 -- whose owner already holds a slot re-enters it, and the freed slot goes on to the next)
 -- Returns the remaining count (> 0: still held), 0 when released, -1 when not held

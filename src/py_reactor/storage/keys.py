@@ -1,0 +1,219 @@
+"""Every Redis key name py_reactor uses: the one place that knows the layout.
+
+The primitives never build key names (they call the typed ``Store`` methods with their own
+key); ``storage.redis`` asks this module for the names a script touches and passes them in
+``KEYS``. All the keys of one coordination key share a Redis Cluster hash tag, the user's key
+within braces, so each script of a primitive works within one slot::
+
+    py_reactor:lock:{<key>}:hold            hash  owner, count, token, waiting
+    py_reactor:lock:{<key>}:queue           zset  "<waiter>|<owner>|<ttl_ms>" by enqueue time
+    py_reactor:lock:{<key>}:deadlines       hash  waiter -> server ms it gives up at
+    py_reactor:lock:{<key>}:wake:<waiter>   list  the token a release hands the waiter
+    py_reactor:lock:{<key>}:parked          list  ids of executions parked on the key
+    py_reactor:semaphore:{<key>}:holders    zset  owner -> lease end (server ms)
+    py_reactor:semaphore:{<key>}:counts     hash  owner -> nesting count
+    py_reactor:semaphore:{<key>}:queue|deadlines|wake:<waiter>|parked   as for a lock
+    py_reactor:period:{<key>}:done:<bucket>     string  the bucket's work is done
+    py_reactor:period:{<key>}:claim:<bucket>    hash    owner, bucket, expire_at, count
+    py_reactor:period:{<key>}:waiters           zset    waiter -> server ms it waits until
+    py_reactor:period:{<key>}:wake:<waiter>     list    a release pushes '1'
+    py_reactor:rate_limit:{<key>}:<window s>:<window index>   string  calls admitted
+    py_reactor:ordered_lock:{<key>}:state       hash  epoch, issued, done, failed
+    py_reactor:ordered_lock:{<key>}:beats       hash  position -> last heartbeat (server ms)
+    py_reactor:ordered_lock:{<key>}:wake:<epoch>:<number>   list  pushed when it is that turn
+    py_reactor:ordered_lock:{<key>}:parked      list  ids of executions parked on the key
+
+Every name ends in a suffix of its own after the tag, so no user key can name another key's
+Redis key. A user key holding ``{``, ``}`` or ``%`` has them percent-encoded inside the tag
+(``a{b`` -> ``{a%7Bb}``): a brace in the key could otherwise end the tag early or leave it
+empty, and an empty tag would spread one key's names over several slots.
+
+Execution records (``storage.executions``) and the parked set are global, not per key::
+
+    py_reactor:exec:<id>   hash   one execution
+    py_reactor:exec:index  zset   id -> created (server ms)
+    py_reactor:exec:leases zset   id -> lease end (server ms)
+    py_reactor:exec:due    zset   id -> due (server ms)
+    py_reactor:exec:ready  list   ids made due now; dispatchers block on it
+
+A release that wakes parked executions writes the due set and the ready list besides the key's
+own slot, so parking does not run on Redis Cluster until the due set is sharded.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import NamedTuple
+
+__all__ = [
+    "DUE",
+    "INDEX",
+    "LEASES",
+    "NAMESPACE",
+    "READY",
+    "LockKeys",
+    "OrderedLockKeys",
+    "PeriodKeys",
+    "SemaphoreKeys",
+    "execution",
+    "lock",
+    "ordered_lock",
+    "ordered_wake",
+    "parked",
+    "pattern",
+    "period",
+    "period_claim",
+    "period_marker",
+    "rate_limit",
+    "rate_limit_counter",
+    "tag",
+    "wake",
+]
+
+#: Every Redis key the library writes starts with this.
+NAMESPACE = "py_reactor"
+
+#: Parked executions by the time they are due (server ms), and the list dispatchers block on.
+DUE = f"{NAMESPACE}:exec:due"
+READY = f"{NAMESPACE}:exec:ready"
+#: Every stored execution by creation time, and running executions by lease end.
+INDEX = f"{NAMESPACE}:exec:index"
+LEASES = f"{NAMESPACE}:exec:leases"
+
+_ESCAPES = str.maketrans({"%": "%25", "{": "%7B", "}": "%7D"})
+
+
+def tag(key: str) -> str:
+    """``key`` as a Redis Cluster hash tag: ``{<key>}``, with ``%``, ``{`` and ``}`` encoded."""
+    if "{" in key or "}" in key or "%" in key:
+        key = key.translate(_ESCAPES)
+    return "{" + key + "}"
+
+
+@lru_cache(maxsize=4096)
+def _base(primitive: str, key: str) -> str:
+    return f"{NAMESPACE}:{primitive}:{tag(key)}"
+
+
+class LockKeys(NamedTuple):
+    """The keys of one lock; ``wake`` is the prefix of its waiters' wake lists."""
+
+    hold: str
+    queue: str
+    deadlines: str
+    parked: str
+    wake: str
+
+
+class SemaphoreKeys(NamedTuple):
+    """The keys of one semaphore; ``wake`` is the prefix of its waiters' wake lists."""
+
+    holders: str
+    counts: str
+    queue: str
+    deadlines: str
+    parked: str
+    wake: str
+
+
+class PeriodKeys(NamedTuple):
+    """The keys of one period: prefixes of the per-bucket markers and claims, the waiters set
+    and the prefix of its waiters' wake lists."""
+
+    done: str
+    claim: str
+    waiters: str
+    wake: str
+
+
+class OrderedLockKeys(NamedTuple):
+    """The keys of one ordered lock; ``wake`` is the prefix of its positions' wake lists."""
+
+    state: str
+    beats: str
+    parked: str
+    wake: str
+
+
+# Cached: a hot acquire/release pair asks for the same names twice. Bounded, since keys such
+# as "invoice:<id>" are unbounded in number.
+@lru_cache(maxsize=4096)
+def lock(key: str) -> LockKeys:
+    """The keys of lock ``key``."""
+    base = _base("lock", key)
+    return LockKeys(f"{base}:hold", f"{base}:queue", f"{base}:deadlines", f"{base}:parked",
+                    f"{base}:wake:")  # fmt: skip
+
+
+@lru_cache(maxsize=4096)
+def semaphore(key: str) -> SemaphoreKeys:
+    """The keys of semaphore ``key``."""
+    base = _base("semaphore", key)
+    return SemaphoreKeys(f"{base}:holders", f"{base}:counts", f"{base}:queue",
+                         f"{base}:deadlines", f"{base}:parked", f"{base}:wake:")  # fmt: skip
+
+
+@lru_cache(maxsize=1024)
+def period(key: str) -> PeriodKeys:
+    """The keys of period ``key``."""
+    base = _base("period", key)
+    return PeriodKeys(f"{base}:done", f"{base}:claim", f"{base}:waiters", f"{base}:wake:")
+
+
+def period_marker(key: str, bucket: str) -> str:
+    """The marker of ``bucket`` of period ``key``: the bucket's work is done."""
+    return f"{period(key).done}:{bucket}"
+
+
+def period_claim(key: str, bucket: str) -> str:
+    """The in-flight claim on ``bucket`` of period ``key`` (per bucket, so a run still busy
+    with the last bucket never holds up the next one)."""
+    return f"{period(key).claim}:{bucket}"
+
+
+@lru_cache(maxsize=1024)
+def rate_limit(key: str, windows: tuple[int, ...]) -> tuple[str, ...]:
+    """The counter prefixes of rate limit ``key``, one per window (seconds); a counter is
+    ``<prefix>:<floor(now / window)>``."""
+    base = _base("rate_limit", key)
+    return tuple(f"{base}:{seconds}" for seconds in windows)
+
+
+def rate_limit_counter(key: str, window: int, index: int) -> str:
+    """The counter of window ``index`` (``floor(now / window)``) of rate limit ``key``."""
+    return f"{_base('rate_limit', key)}:{window}:{index}"
+
+
+@lru_cache(maxsize=1024)
+def ordered_lock(key: str) -> OrderedLockKeys:
+    """The keys of ordered lock ``key``."""
+    base = _base("ordered_lock", key)
+    return OrderedLockKeys(f"{base}:state", f"{base}:beats", f"{base}:parked", f"{base}:wake:")
+
+
+def ordered_wake(key: str, epoch: int, number: int) -> str:
+    """The list the waiter of position ``number`` of ``epoch`` blocks on."""
+    return f"{ordered_lock(key).wake}{epoch}:{number}"
+
+
+def wake(primitive: str, key: str, waiter: str) -> str:
+    """The list a release of ``key`` of ``primitive`` pushes to for ``waiter``."""
+    return f"{_base(primitive, key)}:wake:{waiter}"
+
+
+def parked(primitive: str, key: str) -> str:
+    """The list of the executions parked on ``key`` of ``primitive``."""
+    return f"{_base(primitive, key)}:parked"
+
+
+_GLOB = str.maketrans({c: "\\" + c for c in "*?[]\\"})
+
+
+def pattern(primitive: str, key: str) -> str:
+    """A SCAN/KEYS pattern matching every key of ``key`` of ``primitive`` (tests, tools)."""
+    return f"{_base(primitive, key).translate(_GLOB)}:*"
+
+
+def execution(execution_id: str) -> str:
+    """The hash of one execution."""
+    return f"{NAMESPACE}:exec:{execution_id}"
