@@ -19,7 +19,9 @@ from py_reactor import (
     step,
     with_lock,
     with_ordered_lock,
+    with_period,
     with_rate_limit,
+    with_semaphore,
 )
 
 #: test key -> what a step body does (called with the step's name and arguments).
@@ -264,3 +266,24 @@ class Unstorable(Reactor):
 @background(after="opaque")
 class UnstorableBeforeHandOff(Unstorable):
     pass
+
+
+@background
+class Mailer(Reactor):
+    """A step under a one-slot semaphore, after a step under a daily period."""
+
+    key: str
+
+    @step
+    @with_period(lambda args: f"daily:{args['key']}", every="day")
+    def digest(key: str) -> str:
+        hook(key, "digest")
+        return "digest"
+
+    @step(wait_for=["digest"])
+    @with_semaphore(lambda args: args["key"], limit=1)
+    def send(key: str) -> str:
+        hook(key, "send")
+        return "sent"
+
+    returns = "send"

@@ -448,3 +448,30 @@ def test_a_result_json_cannot_hold_fails_the_run_and_rolls_it_back(
     assert isinstance(done.error, SerializationError)
     assert "'opaque'" in str(done.error)
     assert calls == ["first", "opaque", "undo opaque", "undo first"]
+
+
+def test_a_full_semaphore_parks_the_step_and_a_freed_slot_wakes_it_period_marked_once(
+    key: str,
+) -> None:
+    """The one slot is taken: ``send`` parks on the semaphore (not a failure) and the slot's
+    release wakes it; ``digest``, done before the park, ran once and its daily bucket was
+    marked once: the resumed run is not charged the period again."""
+    from py_reactor import Period, Semaphore
+
+    calls = ran(key)
+    slot = Semaphore(key, limit=1, owner="someone-else").acquire()
+    out = r.Mailer.run(key=key)
+    until(lambda: status(out.execution_id) == "waiting", "the park")
+    waiting = find(out.execution_id).waiting_on  # type: ignore[union-attr]
+    assert waiting is not None
+    assert (waiting["step"], waiting["primitive"], waiting["key"]) == ("send", "semaphore", key)
+    released = time.monotonic()
+    slot.release()
+    done = out.wait(timeout=10)
+    assert time.monotonic() - released < 2.0
+    assert done.is_success, done
+    assert calls == ["digest", "send"]
+    assert Period(f"daily:{key}", every="day").is_done()
+    again = r.Mailer.run(key=key).wait(timeout=10)
+    assert again.is_success
+    assert calls == ["digest", "send", "send"]  # the bucket is done: digest is skipped
