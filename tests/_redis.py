@@ -25,9 +25,12 @@ def free_port() -> int:
 
 
 class PrivateRedis:
-    """A redis-server process this test run started and alone may stop or flush."""
+    """A redis-server process this test run started and alone may stop or flush.
 
-    def __init__(self) -> None:
+    ``password``: the server requires it (``url`` then carries it).
+    """
+
+    def __init__(self, password: str | None = None) -> None:
         self.port = free_port()
         self.folder = Path(tempfile.mkdtemp(prefix="pyr-redis-"))
         command = [
@@ -37,13 +40,15 @@ class PrivateRedis:
             "--save", "",
             "--appendonly", "no",
             "--dir", str(self.folder),
+            *(("--requirepass", password) if password else ()),
         ]  # fmt: skip
         self.process = subprocess.Popen(
             command,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        self.url = f"redis://127.0.0.1:{self.port}/0"
+        auth = f":{password}@" if password else ""
+        self.url = f"redis://{auth}127.0.0.1:{self.port}/0"
         deadline = time.monotonic() + 10
         while True:
             try:

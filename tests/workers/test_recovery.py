@@ -40,7 +40,6 @@ from py_reactor import (
     dumps_context,
     find,
 )
-from py_reactor.coordination.store import DUE_KEY
 from py_reactor.dsl.registry import class_path
 from py_reactor.engine.serializer import SCHEMA_VERSION
 from py_reactor.observability import events as ev
@@ -51,6 +50,7 @@ from py_reactor.storage.executions import (
     ExecutionStore,
     record_key,
 )
+from py_reactor.storage.keys import DUE as DUE_KEY
 from py_reactor.workers.dispatch import run_execution
 from tests._redis import PrivateRedis
 from tests.workers import _recovery_reactors as rr

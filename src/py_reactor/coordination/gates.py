@@ -142,33 +142,55 @@ class Gate:
         return HoldRecord(self.primitive, self.key, owner, "", None, self.entry, state, data)
 
 
-class LockGate(Gate):
-    """``with_lock``: exclusive, re-entrant by owner in the store, fencing token per hold."""
+class _OwnedGate(Gate):
+    """Lock and semaphore: a hold owned in the store, adopted by owner, released once."""
 
-    primitive = "lock"
     exclusive = True
-    p: Lock
+    busy: ClassVar[type[CoordinationError]] = CoordinationError
 
     def enter(self, record: HoldRecord | None, *, owner: str | None, wait: float | None) -> Answer:
         if record is not None:
-            adopted = self.p.adopt(record.owner, record.data["fencing_token"], record.data["count"])
+            adopted = self._adopt(record)
             if adopted is not None:
                 live.put(record, adopted)
                 return Entered(record, fresh=False)
         try:
             hold = self.p.acquire(wait=wait)
-        except LockAcquisitionError as exc:
+        except self.busy as exc:
             return Busy(exc)
-        new = self._record(
-            hold.owner, fencing_token=hold.fencing_token, count=hold.count, ttl=self.p.ttl
-        )
+        data, fields = self._taken(hold)
+        new = self._record(hold.owner, **data)
         live.put(new, hold)
-        return Entered(new, fields={"fencing_token": hold.fencing_token})
+        return Entered(new, fields=fields)
 
     def exit(self, record: HoldRecord, *, succeeded: bool, failed: bool) -> bool:
         hold = live.pop(record) or self._rebuild(record)
         hold.release()
         return bool(hold.lost)
+
+    def _adopt(self, record: HoldRecord) -> Any:
+        """The hold ``record`` names, still ours (extended now), else None: it lapsed."""
+        raise NotImplementedError
+
+    def _taken(self, hold: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+        """What a fresh hold's record keeps, and what its acquisition event carries."""
+        raise NotImplementedError
+
+
+class LockGate(_OwnedGate):
+    """``with_lock``: exclusive, re-entrant by owner in the store, fencing token per hold."""
+
+    primitive = "lock"
+    busy = LockAcquisitionError
+    p: Lock
+
+    def _adopt(self, record: HoldRecord) -> LockHold | None:
+        return self.p.adopt(record.owner, record.data["fencing_token"], record.data["count"])
+
+    def _taken(self, hold: LockHold) -> tuple[dict[str, Any], dict[str, Any]]:
+        token = hold.fencing_token
+        data = {"fencing_token": token, "count": hold.count, "ttl": self.p.ttl}
+        return data, {"fencing_token": token}
 
     def _rebuild(self, record: HoldRecord) -> LockHold:
         return LockHold(
@@ -176,31 +198,18 @@ class LockGate(Gate):
         )
 
 
-class SemaphoreGate(Gate):
+class SemaphoreGate(_OwnedGate):
     """``with_semaphore``: one leased slot per owner."""
 
     primitive = "semaphore"
-    exclusive = True
+    busy = SemaphoreAcquisitionError
     p: Semaphore
 
-    def enter(self, record: HoldRecord | None, *, owner: str | None, wait: float | None) -> Answer:
-        if record is not None:
-            adopted = self.p.adopt(record.owner, record.data["count"])
-            if adopted is not None:
-                live.put(record, adopted)
-                return Entered(record, fresh=False)
-        try:
-            hold = self.p.acquire(wait=wait)
-        except SemaphoreAcquisitionError as exc:
-            return Busy(exc)
-        new = self._record(hold.owner, count=hold.count, ttl=self.p.lease)
-        live.put(new, hold)
-        return Entered(new)
+    def _adopt(self, record: HoldRecord) -> SemaphoreHold | None:
+        return self.p.adopt(record.owner, record.data["count"])
 
-    def exit(self, record: HoldRecord, *, succeeded: bool, failed: bool) -> bool:
-        hold = live.pop(record) or self._rebuild(record)
-        hold.release()
-        return bool(hold.lost)
+    def _taken(self, hold: SemaphoreHold) -> tuple[dict[str, Any], dict[str, Any]]:
+        return {"count": hold.count, "ttl": self.p.lease}, {}
 
     def _rebuild(self, record: HoldRecord) -> SemaphoreHold:
         return SemaphoreHold(self.p, self.p.store, record.owner, record.data["count"])

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
 
 __all__ = [
     "ORDERED_ABANDONED",
@@ -304,26 +304,3 @@ def default_store() -> Store:
     from py_reactor.storage import current_store
 
     return current_store()
-
-
-#: Names that moved to ``py_reactor.storage.keys`` (key layout is storage's business), kept
-#: here for callers outside the coordination package until they import from there.
-_MOVED = {"NAMESPACE": "NAMESPACE", "DUE_KEY": "DUE", "READY_KEY": "READY"}
-
-
-def __getattr__(name: str) -> Any:
-    if name == "parked":
-        return _parked
-    if name in _MOVED:  # imported only then: ``import py_reactor`` never imports ``redis``
-        from py_reactor.storage import keys
-
-        return getattr(keys, _MOVED[name])
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def _parked(primitive: str, key: str) -> tuple[str, str, str]:
-    """The parked list of ``key`` of ``primitive``, the due set and the ready list (moved to
-    ``py_reactor.storage.keys.parked``)."""
-    from py_reactor.storage import keys
-
-    return keys.parked(primitive, key), keys.DUE, keys.READY

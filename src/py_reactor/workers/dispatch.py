@@ -26,7 +26,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from py_reactor.config import get_config
-from py_reactor.coordination.store import parked
 from py_reactor.dsl.reactor import Reactor
 from py_reactor.dsl.registry import class_path, lookup
 from py_reactor.engine._run import StaleExecution, WorkerMode
@@ -35,6 +34,7 @@ from py_reactor.engine.executor import execute
 from py_reactor.engine.results import DispatchedResult, FailureResult, Outcome, ParkedResult
 from py_reactor.engine.serializer import dumps_context, loads_context
 from py_reactor.errors import ReactorError, SerializationError
+from py_reactor.storage import keys
 from py_reactor.storage.executions import ExecutionStore, StoredExecution
 from py_reactor.workers.execution import outcome_to_dict
 
@@ -237,7 +237,7 @@ def _settle(
             "attempt": stop.attempt,
             "until": _until(stop.delay),
         }
-        on = None if stop.primitive is None else parked(stop.primitive, stop.key or "")[0]
+        on = None if stop.primitive is None else keys.parked(stop.primitive, stop.key or "")
         written = executions.checkpoint(
             execution_id, epoch, text, "waiting", waiting_on=waiting_on, due_in=stop.delay,
             parked_on=on, park=stop.primitive not in (None, "ordered_lock"),  # as the cap counts
