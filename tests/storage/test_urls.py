@@ -113,7 +113,7 @@ def test_a_store_built_from_a_url_masks_its_password() -> None:
 
 
 def test_a_wrong_password_fails_the_run_with_store_unavailable(
-    password_redis: _PasswordRedis, key: str, caplog: pytest.LogCaptureFixture
+    password_redis: PrivateRedis, key: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A server that refuses the password gives a failure outcome, never a redis-py exception."""
     configure(redis_url=f"redis://:wr0ngpw@127.0.0.1:{password_redis.port}/0")
