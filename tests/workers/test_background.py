@@ -418,19 +418,36 @@ def test_a_hand_off_reports_the_reactor_started_once(key: str) -> None:
 def test_a_renewal_that_comes_after_the_park_puts_no_lease_back(key: str) -> None:
     """The thread worker renews the leases it saw running; one that parked meanwhile must not
     get its lease back (wakes could not claim it until the lease lapsed)."""
+    from py_reactor import workers
     from py_reactor.storage import current_store
-    from py_reactor.storage.executions import LEASES_KEY, ExecutionStore
+    from py_reactor.storage.executions import (
+        DUE_KEY,
+        INDEX_KEY,
+        LEASES_KEY,
+        READY_KEY,
+        ExecutionStore,
+        record_key,
+    )
 
+    # This test plays the worker by hand: a live thread worker would claim the record first
+    # (and fail it, since ``tests:Nothing`` cannot be imported).
+    workers.stop()
     executions = ExecutionStore(current_store())
     execution_id = f"renew-{key}"
-    assert executions.create(execution_id, "tests:Nothing", "{}", "pending")
-    epoch = executions.claim(execution_id, "me", 30)
-    assert epoch == 1
-    assert executions.renew(execution_id, epoch, 30)
-    assert executions.checkpoint(execution_id, epoch, "{}", "waiting", due_in=5)
-    assert not executions.renew(execution_id, epoch, 30)
     client = current_store().client  # type: ignore[attr-defined]
-    assert client.zscore(LEASES_KEY, execution_id) is None
+    assert executions.create(execution_id, "tests:Nothing", "{}", "pending")
+    try:
+        epoch = executions.claim(execution_id, "me", 30)
+        assert epoch == 1
+        assert executions.renew(execution_id, epoch, 30)
+        assert executions.checkpoint(execution_id, epoch, "{}", "waiting", due_in=5)
+        assert not executions.renew(execution_id, epoch, 30)
+        assert client.zscore(LEASES_KEY, execution_id) is None
+    finally:
+        client.delete(record_key(execution_id))
+        client.zrem(DUE_KEY, execution_id)
+        client.zrem(INDEX_KEY, execution_id)
+        client.lrem(READY_KEY, 0, execution_id)
 
 
 @pytest.mark.parametrize("reactor", [r.Unstorable, r.UnstorableBeforeHandOff])
