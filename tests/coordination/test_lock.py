@@ -382,6 +382,38 @@ def test_uncontended_acquire_and_release_are_two_round_trips(
     assert "script" not in calls
 
 
+def test_a_waiter_queues_in_its_first_call_and_is_handed_the_lock_without_another(
+    server_store: Store, private_redis: PrivateRedis, key: str
+) -> None:
+    """A busy lock queues a waiting acquire in that same call: the waiter sends one acquire and
+    one BLPOP, and the holder's release hands it the lock (no retry, no polling)."""
+    waiting = Lock(key, ttl=60, wait=10, store=server_store)
+    with waiting:  # warm up: scripts loaded on the server
+        pass
+    holder = Lock(key, ttl=60, store=server_store).acquire()
+    holds: list[LockHold] = []
+
+    def wait_and_get_handed() -> None:
+        thread = threading.Thread(target=lambda: holds.append(waiting.acquire()))
+        thread.start()
+        until(lambda: server_store.lock_state(key).waiters == 1, "the waiter queued")
+        time.sleep(0.05)  # its BLPOP is sent
+        holder.release()
+        thread.join(10)
+
+    sent, _ = client_commands(private_redis.url, server_store, key, wait_and_get_handed)
+    names = [command.split()[:2] for command in sent]
+    ours = [name for name in names if name != ["EVALSHA", sha("lock_state")]]
+    assert [name[0] if name[0] == "BLPOP" else name for name in ours] == [
+        ["EVALSHA", sha("lock_acquire")],
+        "BLPOP",
+        ["EVALSHA", sha("lock_release")],
+    ], sent
+    assert len(holds) == 1
+    assert holds[0].fencing_token > holder.fencing_token
+    holds[0].release()
+
+
 # ----------------------------------------------------------------------------- concurrency
 
 

@@ -1,11 +1,12 @@
 """The wait side of lock-like primitives: enqueue once, sleep on a personal list, get woken.
 
-A waiter that finds a key busy is added (atomically, by the same acquire call) to the key's
-FIFO queue under a ``WaitTicket``. A release hands the key straight to the oldest live waiter
-and pushes to that waiter's wake list; the waiter's ``wait_for_handoff`` returns and it already
-holds the key: handoff costs the release round trip plus one reply, with no polling. The sleep
-is capped by the holder's remaining lease, so a holder that died (and never releases) is
-noticed when its lease runs out.
+An acquire that may wait carries a ``WaitTicket`` from its first call: a free key is simply
+taken (nothing is queued), a busy one adds the ticket to the key's FIFO queue in the same
+atomic call, so contention costs no extra round trip. A release hands the key straight to the
+oldest live waiter and pushes to that waiter's wake list; the waiter's ``wait_for_handoff``
+returns and it already holds the key: handoff costs the release round trip plus one reply,
+with no polling. The sleep is capped by the holder's remaining lease, so a holder that died
+(and never releases) is noticed when its lease runs out.
 """
 
 from __future__ import annotations
@@ -57,13 +58,11 @@ def wait_to_take(
     wait: float,
     give_back: Callable[[int], object],
 ) -> LockReply | None:
-    """After a plain acquire found ``key`` busy, queue up and wait up to ``wait`` seconds to be
-    handed it.
+    """Take ``key``, waiting up to ``wait`` seconds (> 0) to be handed it if it is busy.
 
-    The plain acquire (no ticket) is the smallest call the store accepts: an uncontended
-    acquire is just that, even when the caller would wait. Only a busy key pays for joining
-    the queue: ``attempt(ticket)`` queues the ticket (or, once it was queued, first takes a
-    hold handed to it meanwhile). Returns the held reply, or None when ``wait`` ran out.
+    ``attempt(ticket)`` is one acquire call carrying the ticket: the first takes a free key or
+    queues the ticket; a later one (``ticket.queued``) first takes a hold handed to it
+    meanwhile. Returns the held reply, or None when ``wait`` ran out.
 
     If the wait is interrupted (Ctrl-C, a store error), the waiter leaves the queue; a key it
     was handed meanwhile is given straight back with ``give_back(token)``, so it is not
@@ -82,16 +81,13 @@ def wait_to_take(
 
 
 def _wait(store: Store, attempt: Attempt, ticket: WaitTicket, deadline: float) -> LockReply | None:
-    """The queued part of ``wait_to_take``: retry, sleep on the wake list, give up in time."""
+    """``wait_to_take`` once the ticket exists: try, sleep on the wake list, give up in time."""
     while True:
         reply = attempt(ticket)
-        if not ticket.queued:  # the first queued attempt cannot have been handed anything
-            ticket = WaitTicket(
-                ticket.primitive, ticket.key, ticket.waiter, ticket.owner, ticket.ttl_ms,
-                ticket.wait_ms, queued=True,
-            )  # fmt: skip
         if reply.held:
             return reply
+        if not ticket.queued:  # from now on a release may have handed us the key
+            ticket = ticket._replace(queued=True)
         remaining = deadline - time.monotonic()
         if remaining < MIN_SLEEP:  # too little left to sleep on: give up (or take a handoff)
             handed = store.wait_cancel(ticket)

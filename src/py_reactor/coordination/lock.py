@@ -92,19 +92,20 @@ class Lock(Acquirable["LockHold"]):
         owner = owner_or_new(self.owner)
         wait = self.wait if wait is None else opt.check_non_negative(repr(self), "wait", wait)
         store, key, ttl_ms = self.store, self.key, self._ttl_ms
-        taken = store.lock_acquire(key, owner, ttl_ms)  # uncontended: this call is all
-        if not taken.held:
+        if wait <= 0:
+            reply = store.lock_acquire(key, owner, ttl_ms)
+            taken: LockReply | None = reply if reply.held else None
+        else:  # one call when free; a busy lock queues us in that same call
 
             def attempt(waiter: WaitTicket) -> LockReply:
                 return store.lock_acquire(key, owner, ttl_ms, waiter=waiter)
 
-            handed = None if wait <= 0 else wait_to_take(
+            taken = wait_to_take(
                 store, "lock", key, attempt, owner=owner, ttl_ms=ttl_ms, wait=wait,
                 give_back=lambda token: store.lock_release(key, owner, token),
             )  # fmt: skip
-            if handed is None:
-                raise self._busy(wait)
-            taken = handed
+        if taken is None:
+            raise self._busy(wait)
         return self._held(store, owner, taken.count, taken.token)
 
     def adopt(self, owner: str, token: int, count: int) -> LockHold | None:

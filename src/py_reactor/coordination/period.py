@@ -24,7 +24,6 @@ import logging
 import math
 import threading
 import time
-from dataclasses import replace
 from types import TracebackType
 
 from py_reactor.coordination import _waiting
@@ -227,7 +226,7 @@ class Period(UsesStore):
         while True:
             if ticket is not None:  # queued until the wait ends, and a little longer
                 stay_ms = max(0, math.ceil((deadline - time.monotonic()) * 1000)) + 5000
-                ticket = replace(ticket, wait_ms=stay_ms)
+                ticket = ticket._replace(wait_ms=stay_ms)
             reply = store.period_claim(self.key, self.every, owner, self.lease_ms, waiter=ticket)
             if reply.outcome != "busy":
                 claim = PeriodClaim(

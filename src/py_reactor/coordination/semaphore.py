@@ -78,13 +78,15 @@ class Semaphore(Acquirable["SemaphoreHold"]):
         owner = owner_or_new(self.owner)
         wait = self.wait if wait is None else opt.check_non_negative(repr(self), "wait", wait)
         store, key, limit, lease_ms = self.store, self.key, self.limit, self._lease_ms
-        taken: LockReply | None = store.semaphore_acquire(key, owner, limit, lease_ms)
-        if taken is not None and not taken.held:  # busy: only now pay for joining the queue
+        if wait <= 0:
+            reply = store.semaphore_acquire(key, owner, limit, lease_ms)
+            taken: LockReply | None = reply if reply.held else None
+        else:  # one call when a slot is free; a full semaphore queues us in that same call
 
             def attempt(waiter: WaitTicket) -> LockReply:
                 return store.semaphore_acquire(key, owner, limit, lease_ms, waiter=waiter)
 
-            taken = None if wait <= 0 else wait_to_take(
+            taken = wait_to_take(
                 store, "semaphore", key, attempt, owner=owner, ttl_ms=lease_ms, wait=wait,
                 give_back=lambda _: store.semaphore_release(key, owner),
             )  # fmt: skip

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol, runtime_checkable
+from typing import Literal, NamedTuple, Protocol, runtime_checkable
 
 __all__ = [
     "ORDERED_ABANDONED",
@@ -34,8 +34,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
-class WaitTicket:
+class WaitTicket(NamedTuple):  # a tuple: made on every acquire that may wait, so kept cheap
     """A waiter's place in the queue of one key, as the acquire that queues it describes it.
 
     Attributes:
@@ -58,7 +57,7 @@ class WaitTicket:
     queued: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: one is made per acquire, and frozen ones cost more
 class LockReply:
     """The answer to an acquire of a lock or of a semaphore slot.
 
@@ -175,7 +174,8 @@ class Store(Protocol):
     def lock_acquire(
         self, key: str, owner: str, ttl_ms: int, *, waiter: WaitTicket | None = None
     ) -> LockReply:
-        """Take lock ``key`` for ``owner`` (re-entrant), or, with ``waiter``, queue for it."""
+        """Take lock ``key`` for ``owner`` (re-entrant); if it is busy and ``waiter`` is
+        given, queue that ticket for it in the same call."""
         ...
 
     def lock_release(self, key: str, owner: str, token: int) -> int:
@@ -196,7 +196,8 @@ class Store(Protocol):
     def semaphore_acquire(
         self, key: str, owner: str, limit: int, lease_ms: int, *, waiter: WaitTicket | None = None
     ) -> LockReply:
-        """Take one of ``limit`` slots for ``owner`` (re-entrant), or queue with ``waiter``."""
+        """Take one of ``limit`` slots for ``owner`` (re-entrant); if all are taken and
+        ``waiter`` is given, queue that ticket in the same call."""
         ...
 
     def semaphore_release(self, key: str, owner: str) -> int:

@@ -6,13 +6,13 @@ key); ``storage.redis`` asks this module for the names a script touches and pass
 within braces, so each script of a primitive works within one slot::
 
     py_reactor:lock:{<key>}:hold            hash  owner, count, token, waiting
-    py_reactor:lock:{<key>}:queue           zset  "<waiter>|<owner>|<ttl_ms>" by enqueue time
-    py_reactor:lock:{<key>}:deadlines       hash  waiter -> server ms it gives up at
+    py_reactor:lock:{<key>}:queue           zset  "<waiter>|<owner>|<ttl_ms>|<wait_ms>" by
+                                                  enqueue time (server us)
     py_reactor:lock:{<key>}:wake:<waiter>   list  the token a release hands the waiter
     py_reactor:lock:{<key>}:parked          list  ids of executions parked on the key
     py_reactor:semaphore:{<key>}:holders    zset  owner -> lease end (server ms)
     py_reactor:semaphore:{<key>}:counts     hash  owner -> nesting count
-    py_reactor:semaphore:{<key>}:queue|deadlines|wake:<waiter>|parked   as for a lock
+    py_reactor:semaphore:{<key>}:queue|wake:<waiter>|parked   as for a lock
     py_reactor:period:{<key>}:done:<bucket>     string  the bucket's work is done
     py_reactor:period:{<key>}:claim:<bucket>    hash    owner, bucket, expire_at, count
     py_reactor:period:{<key>}:waiters           zset    waiter -> server ms it waits until
@@ -100,7 +100,6 @@ class LockKeys(NamedTuple):
 
     hold: str
     queue: str
-    deadlines: str
     parked: str
     wake: str
 
@@ -111,7 +110,6 @@ class SemaphoreKeys(NamedTuple):
     holders: str
     counts: str
     queue: str
-    deadlines: str
     parked: str
     wake: str
 
@@ -141,16 +139,15 @@ class OrderedLockKeys(NamedTuple):
 def lock(key: str) -> LockKeys:
     """The keys of lock ``key``."""
     base = _base("lock", key)
-    return LockKeys(f"{base}:hold", f"{base}:queue", f"{base}:deadlines", f"{base}:parked",
-                    f"{base}:wake:")  # fmt: skip
+    return LockKeys(f"{base}:hold", f"{base}:queue", f"{base}:parked", f"{base}:wake:")
 
 
 @lru_cache(maxsize=4096)
 def semaphore(key: str) -> SemaphoreKeys:
     """The keys of semaphore ``key``."""
     base = _base("semaphore", key)
-    return SemaphoreKeys(f"{base}:holders", f"{base}:counts", f"{base}:queue",
-                         f"{base}:deadlines", f"{base}:parked", f"{base}:wake:")  # fmt: skip
+    return SemaphoreKeys(f"{base}:holders", f"{base}:counts", f"{base}:queue", f"{base}:parked",
+                         f"{base}:wake:")  # fmt: skip
 
 
 @lru_cache(maxsize=1024)

@@ -122,16 +122,19 @@ class RedisStore:
         self, key: str, owner: str, ttl_ms: int, *, waiter: WaitTicket | None = None
     ) -> LockReply:
         k = keys.lock(key)
-        if waiter is None:  # the common, cheap call: no queue member, no wake list
-            held, count, token = self.run_script(
-                "lock_acquire", (k.hold, k.queue, k.deadlines), (owner, ttl_ms, k.wake)
+        if waiter is None:  # will not wait: no queue member, no wake list
+            reply = self.run_script("lock_acquire", (k.hold, k.queue), (owner, ttl_ms))
+        elif not waiter.queued:  # takes a free lock, or queues the member
+            reply = self.run_script(
+                "lock_acquire", (k.hold, k.queue), (owner, ttl_ms, _member(waiter))
             )
-        else:
-            held, count, token = self.run_script(
+        else:  # queued since: the wake list may hold a handoff
+            reply = self.run_script(
                 "lock_acquire",
-                (k.hold, k.queue, k.deadlines, k.wake + waiter.waiter),
-                (owner, ttl_ms, k.wake, *_queued(waiter)),
+                (k.hold, k.queue, k.wake + waiter.waiter),
+                (owner, ttl_ms, _member(waiter)),
             )
+        held, count, token = reply
         # {1, count, token} when held, {0, the holder's ms left, 0} when busy
         return LockReply(True, count, token) if held else LockReply(False, 0, 0, count)
 
@@ -140,9 +143,7 @@ class RedisStore:
         # DUE and READY are global, so this call is cross-slot (see lock_release.lua).
         return int(
             self.run_script(
-                "lock_release",
-                (k.hold, k.queue, k.deadlines, k.parked, keys.DUE, keys.READY),
-                (owner, k.wake, token),
+                "lock_release", (k.hold, k.queue, k.parked, keys.DUE, keys.READY), (owner, token)
             )
         )
 
@@ -158,18 +159,20 @@ class RedisStore:
         self, key: str, owner: str, limit: int, lease_ms: int, *, waiter: WaitTicket | None = None
     ) -> LockReply:
         k = keys.semaphore(key)
-        if waiter is None:  # the common, cheap call: no queue member, no wake list
-            held, count, _ = self.run_script(
-                "semaphore_acquire",
-                (k.holders, k.counts, k.queue, k.deadlines),
-                (owner, limit, lease_ms, k.wake),
+        args: tuple[str | int, ...] = (owner, limit, lease_ms)
+        if waiter is None:  # will not wait: no queue member, no wake list
+            reply = self.run_script("semaphore_acquire", (k.holders, k.counts, k.queue), args)
+        elif not waiter.queued:  # takes a free slot, or queues the member
+            reply = self.run_script(
+                "semaphore_acquire", (k.holders, k.counts, k.queue), (*args, _member(waiter))
             )
-        else:
-            held, count, _ = self.run_script(
+        else:  # queued since: the wake list may hold a handoff
+            reply = self.run_script(
                 "semaphore_acquire",
-                (k.holders, k.counts, k.queue, k.deadlines, k.wake + waiter.waiter),
-                (owner, limit, lease_ms, k.wake, *_queued(waiter)),
+                (k.holders, k.counts, k.queue, k.wake + waiter.waiter),
+                (*args, _member(waiter)),
             )
+        held, count, _ = reply
         # {1, count, 0} when held, {0, ms until the soonest lease lapses, 0} when all are taken
         return LockReply(True, count, 0) if held else LockReply(False, 0, 0, count)
 
@@ -179,8 +182,8 @@ class RedisStore:
         return int(
             self.run_script(
                 "semaphore_release",
-                (k.holders, k.counts, k.queue, k.deadlines, k.parked, keys.DUE, keys.READY),
-                (owner, k.wake),
+                (k.holders, k.counts, k.queue, k.parked, keys.DUE, keys.READY),
+                (owner,),
             )
         )
 
@@ -208,9 +211,7 @@ class RedisStore:
                 f"semaphore does); ticket {ticket!r}"
             )
         return int(
-            self.run_script(
-                "wait_cancel", (k.queue, k.deadlines, k.wake + ticket.waiter), (_member(ticket),)
-            )
+            self.run_script("wait_cancel", (k.queue, k.wake + ticket.waiter), (_member(ticket),))
         )
 
     def period_check(self, key: str, every: str | int) -> bool:
@@ -388,13 +389,8 @@ class RedisStore:
 
 
 def _member(ticket: WaitTicket) -> str:
-    """The ticket's member of its key's queue: ``<waiter>|<owner>|<ttl_ms>``."""
-    return f"{ticket.waiter}|{ticket.owner}|{ticket.ttl_ms}"
-
-
-def _queued(ticket: WaitTicket) -> tuple[str, int, int]:
-    """The ARGV a waiting acquire adds: queue member, wait ms, retry flag."""
-    return _member(ticket), max(1, ticket.wait_ms), 1 if ticket.queued else 0
+    """The ticket's member of its key's queue: ``<waiter>|<owner>|<ttl_ms>|<wait_ms>``."""
+    return f"{ticket.waiter}|{ticket.owner}|{ticket.ttl_ms}|{max(1, ticket.wait_ms)}"
 
 
 _PERIOD: tuple[Literal["done", "due", "busy"], ...] = ("done", "due", "busy")
