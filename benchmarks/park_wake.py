@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks._park_reactors import Charge
 from benchmarks._server import PrivateRedis
 from py_reactor import Lock, configure, find, workers
-from py_reactor.coordination.store import parked
+from py_reactor.storage.keys import parked
 
 ROUNDS = 30
 
