@@ -126,6 +126,7 @@ def test_errors_module_exports_the_error_tree() -> None:
         "InputValidationError",
         "ArgumentResolutionError",
         "SerializationError",
+        "DispatchError",
         "CoordinationError",
         "LockAcquisitionError",
         "SemaphoreAcquisitionError",

@@ -1,6 +1,7 @@
-"""``py-reactor``: the command line. ``py-reactor sweep`` runs one recovery pass.
+"""``py-reactor``: the command line.
 
-More commands (``worker``, ``dashboard``) arrive with the issues that build them.
+``py-reactor worker`` starts a Celery worker that has imported the user's reactor modules;
+``py-reactor sweep`` runs one recovery pass.
 """
 
 from __future__ import annotations
@@ -10,6 +11,17 @@ import sys
 from collections.abc import Sequence
 
 __all__ = ["main"]
+
+
+def _imports(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--import",
+        dest="modules",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="a module that defines the reactors to run (repeatable)",
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -33,22 +45,94 @@ def main(argv: Sequence[str] | None = None) -> int:
     sweep.add_argument(
         "--wait", type=float, default=30.0, help="seconds to let dispatched runs finish"
     )
+    sweep.add_argument(
+        "--worker",
+        choices=("threads", "celery"),
+        default="threads",
+        help="run what is due here (threads, the default) or send it to Celery workers",
+    )
+    worker = commands.add_parser(
+        "worker",
+        help="start a Celery worker for py_reactor's jobs (needs py_reactor[celery])",
+    )
+    worker.add_argument("--redis-url", required=True, help="the store, and Celery's broker")
+    worker.add_argument(
+        "--import",
+        dest="modules",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="a module that defines the reactors to run (repeatable)",
+    )
+    worker.add_argument("--concurrency", type=int, default=None, help="pool size")
+    worker.add_argument("--pool", choices=("prefork", "threads", "solo"), default="prefork")
+    worker.add_argument("--loglevel", default="INFO")
+    worker.add_argument("--queue", default=None, help="the queue to serve (default py_reactor)")
     args = parser.parse_args(argv)
-    return _sweep(args.redis_url, args.modules, args.wait)
+    if args.command == "worker":
+        return _worker(args)
+    return _sweep(args.redis_url, args.modules, args.wait, args.worker)
 
 
-def _sweep(redis_url: str | None, modules: list[str], wait: float) -> int:
+def _worker(args: argparse.Namespace) -> int:
+    import importlib
+    import os
+
+    from py_reactor import configure
+
+    try:
+        configure(redis_url=args.redis_url, worker="celery")
+        if args.queue:
+            configure(celery_queue=args.queue)
+    except ValueError as exc:
+        print(f"py-reactor worker: {exc}", file=sys.stderr)
+        return 2
+    os.environ["PY_REACTOR_REDIS_URL"] = args.redis_url  # for what the pool processes import
+    try:
+        from py_reactor.workers.celery import app
+    except ImportError as exc:
+        print(
+            f'py-reactor worker: Celery is not installed (pip install "py_reactor[celery]"): {exc}',
+            file=sys.stderr,
+        )
+        return 2
+    for module in args.modules:
+        try:
+            importlib.import_module(module)
+        except Exception as exc:
+            print(f"py-reactor worker: cannot import {module!r}: {exc}", file=sys.stderr)
+            return 2
+    from py_reactor.config import get_config
+
+    # The store's server is the broker: the one given, or the one an imported module set.
+    app.conf.broker_url = get_config().redis_url or args.redis_url
+    argv = [
+        "worker",
+        "--queues", get_config().celery_queue,
+        "--pool", args.pool,
+        "--loglevel", args.loglevel,
+        "--hostname", f"py_reactor-{os.getpid()}@%h",
+        "--without-gossip", "--without-mingle",
+    ]  # fmt: skip
+    if args.concurrency:
+        argv += ["--concurrency", str(args.concurrency)]
+    app.worker_main(argv)
+    return 0
+
+
+def _sweep(redis_url: str | None, modules: list[str], wait: float, worker: str) -> int:
     import importlib
     import time
 
     from py_reactor import configure, workers
 
-    if redis_url:
-        try:
+    try:
+        if redis_url:
             configure(redis_url=redis_url)
-        except ValueError as exc:
-            print(f"py-reactor sweep: {exc}", file=sys.stderr)
-            return 2
+        configure(worker=worker)
+    except ValueError as exc:
+        print(f"py-reactor sweep: {exc}", file=sys.stderr)
+        return 2
     for module in modules:
         importlib.import_module(module)
     due, recovered = workers.sweep()

@@ -34,7 +34,8 @@ class Config:
         rate_limits: named rate limits for ``with_rate_limit("name")``, each as
             ``((window_seconds, limit), ...)``.
         worker: where background work runs: ``"threads"`` (a thread pool in the dispatching
-            process, the default).
+            process, the default) or ``"celery"`` (Celery workers, see ``docs/workers.md``).
+        celery_queue: the Celery queue py_reactor's jobs are sent to (``"py_reactor"``).
         worker_threads: the thread worker's pool size.
         park_max_attempts: parks on contention one execution may make before the next
             contention fails it (``math.inf``: no cap); ordered-lock turns never count.
@@ -53,6 +54,7 @@ class Config:
     )
     worker: str = "threads"
     worker_threads: int = 8
+    celery_queue: str = "py_reactor"
     park_max_attempts: float = 20
     park_delay: float = 5.0
     park_jitter: float = 5.0
@@ -69,6 +71,7 @@ class Config:
             f"Config(middleware={self.middleware!r}, redis_url={url!r}, "
             f"embedded_dir={self.embedded_dir!r}, rate_limits={dict(self.rate_limits)!r}, "
             f"worker={self.worker!r}, worker_threads={self.worker_threads}, "
+            f"celery_queue={self.celery_queue!r}, "
             f"park_max_attempts={self.park_max_attempts}, park_delay={self.park_delay}, "
             f"park_jitter={self.park_jitter}, execution_lease={self.execution_lease})"
         )
@@ -86,6 +89,7 @@ def configure(
     rate_limits: Mapping[str, Mapping[str, int]] | None = None,
     worker: str | None = None,
     worker_threads: int | None = None,
+    celery_queue: str | None = None,
     park_max_attempts: float | None = None,
     park_delay: float | None = None,
     park_jitter: float | None = None,
@@ -100,8 +104,11 @@ def configure(
         embedded_dir: the folder of the embedded server used when no ``redis_url`` is set.
         rate_limits: named limits, ``{"stripe": {"second": 3, "minute": 100}}``, for
             ``with_rate_limit("stripe")``; merged into those already registered.
-        worker: ``"threads"``: background work runs on a thread pool in this process.
+        worker: ``"threads"`` (default): background work runs on a thread pool in this
+            process; ``"celery"``: it is sent to Celery workers (``py-reactor worker``), which
+            needs ``redis_url`` (the store is the broker too) and ``py_reactor[celery]``.
         worker_threads: the size of that pool (>= 1, default 8).
+        celery_queue: the Celery queue py_reactor's jobs go to (default ``"py_reactor"``).
         park_max_attempts: parks on contention an execution may make (default 20;
             ``math.inf`` for no cap); the next contention fails it.
         park_delay: seconds after which a parked execution is dispatched again at the latest
@@ -123,12 +130,18 @@ def configure(
     if redis_url is not None:
         changes["redis_url"] = _check_redis_url(redis_url)
     if worker is not None:
-        if worker != "threads":
+        if worker not in ("threads", "celery"):
             raise ValueError(
-                f"configure(worker=...) takes 'threads' (a thread pool in this process), got "
-                f"{worker!r}"
+                f"configure(worker=...) takes 'threads' (a thread pool in this process) or "
+                f"'celery' (Celery workers), got {worker!r}"
             )
         changes["worker"] = worker
+    if celery_queue is not None:
+        if not isinstance(celery_queue, str) or not celery_queue.strip():
+            raise ValueError(
+                f"configure(celery_queue=...) takes a queue name, got {celery_queue!r}"
+            )
+        changes["celery_queue"] = celery_queue
     if worker_threads is not None:
         if (
             not isinstance(worker_threads, int)

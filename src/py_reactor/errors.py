@@ -7,6 +7,7 @@ Every error the library raises or reports derives from :class:`ReactorError`::
     ├── InputValidationError     inputs do not satisfy a reactor's or step's contract
     ├── ArgumentResolutionError  a step argument could not be taken from its source at run time
     ├── SerializationError       a context could not be written to / read from JSON
+    ├── DispatchError            a background execution could not be handed to its worker
     └── CoordinationError        a lock, semaphore, rate limit, period or ordered lock said no
         ├── LockAcquisitionError       the lock stayed held by another owner for ``wait`` seconds
         ├── SemaphoreAcquisitionError  every slot stayed taken for ``wait`` seconds
@@ -29,6 +30,7 @@ __all__ = [
     "CoordinationError",
     "CoordinationKeyError",
     "DefinitionError",
+    "DispatchError",
     "InputValidationError",
     "LockAcquisitionError",
     "OrderedLockWaitError",
@@ -86,6 +88,12 @@ class ArgumentResolutionError(ReactorError):
 
 class SerializationError(ReactorError):
     """A context payload could not be encoded to or decoded from JSON."""
+
+
+class DispatchError(ReactorError):
+    """A background execution could not be handed to its worker: the worker setting cannot be
+    used in this process (e.g. ``worker="celery"`` without ``redis_url``, Celery not installed),
+    or the reactor cannot run there (defined in a ``__main__`` script)."""
 
 
 class CoordinationError(ReactorError):

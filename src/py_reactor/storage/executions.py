@@ -59,19 +59,37 @@ class ExecutionStore:
         self.store = store
 
     def create(
-        self, execution_id: str, reactor: str, context: str, status: str, *, pinned: str = ""
+        self,
+        execution_id: str,
+        reactor: str,
+        context: str,
+        status: str,
+        *,
+        pinned: str = "",
+        sent_by_caller: float | None = None,
     ) -> bool:
         """Store a new execution and make it due now; False if the id exists already.
 
         ``pinned``: ``host:pid:<script path>`` for a reactor defined in a ``__main__`` script,
-        which only a process running that same script can import.
+        which only a process running that same script can import. ``sent_by_caller``: the
+        caller sends the job itself (a Celery message): the id is not pushed to the ready list,
+        and the recovery loop sends it only if it has not run within that many seconds.
         """
         keys = (record_key(execution_id), INDEX_KEY, DUE_KEY, READY_KEY)
-        return bool(
-            self.store.run_script(
-                "execution_create", keys, (execution_id, reactor, context, status, pinned)
-            )
-        )
+        args: tuple[str, ...] = (execution_id, reactor, context, status, pinned)
+        if sent_by_caller is not None:
+            args = (*args, "0", str(_ms(sent_by_caller)))
+        return bool(self.store.run_script("execution_create", keys, args))
+
+    def take_for_sending(self, ids: list[str], resend_after: float) -> list[tuple[str, int]]:
+        """The ``(id, epoch)`` of those of ``ids`` still due now, each made due again only
+        ``resend_after`` seconds later: a dispatcher sends exactly these jobs, and no other
+        dispatcher sends them meanwhile."""
+        if not ids:
+            return []
+        keys = (DUE_KEY, *(record_key(execution_id) for execution_id in ids))
+        reply = self.store.run_script("execution_send", keys, (_ms(resend_after), *ids))
+        return [(str(reply[i]), int(reply[i + 1])) for i in range(0, len(reply), 2)]
 
     def load(self, execution_id: str) -> StoredExecution | None:
         """The stored execution, or None for an unknown id."""
@@ -99,15 +117,29 @@ class ExecutionStore:
             problem="; ".join(problems) or None,
         )
 
-    def claim(self, execution_id: str, worker: str, lease: float, *, due: bool = True) -> int:
+    def claim(
+        self,
+        execution_id: str,
+        worker: str,
+        lease: float,
+        *,
+        due: bool = True,
+        sent_at_epoch: int | None = None,
+    ) -> int:
         """Claim ``execution_id`` for this runner with a lease of ``lease`` seconds.
+
+        ``sent_at_epoch``: the epoch a job (a Celery message) was sent at; the claim succeeds
+        only if nobody claimed the execution since, so a redelivered or duplicated job runs
+        nothing.
 
         Returns:
             The new epoch (> 0); 0 when another runner holds a live lease (or, with ``due``,
-            it is not due yet); -1 for an unknown id; -2 when it already ended.
+            it is not due yet, or the epoch moved past ``sent_at_epoch``); -1 for an unknown
+            id; -2 when it already ended.
         """
         keys = (record_key(execution_id), LEASES_KEY, DUE_KEY)
-        args = (execution_id, worker, _ms(lease), "1" if due else "0")
+        epoch = "" if sent_at_epoch is None else str(sent_at_epoch)
+        args = (execution_id, worker, _ms(lease), "1" if due else "0", epoch)
         return int(self.store.run_script("execution_claim", keys, args))
 
     def checkpoint(

@@ -1,9 +1,10 @@
 """Background execution: dispatch to a worker, park instead of waiting, recover the dead.
 
 ``configure(worker="threads")`` (the default) runs background work on a thread pool in the
-process that dispatches it, started on first dispatch or by :func:`start`. Everything an
-execution needs lives in the store, so a process restarted on the same store finishes what a
-killed one left (:func:`sweep` runs one recovery pass by hand).
+process that dispatches it, started on first dispatch or by :func:`start`;
+``configure(worker="celery")`` sends it to Celery workers (``py_reactor.workers.celery``).
+Everything an execution needs lives in the store, so a process restarted on the same store
+finishes what a killed one left (:func:`sweep` runs one recovery pass by hand).
 """
 
 from __future__ import annotations
@@ -24,11 +25,14 @@ def start() -> None:
 
 
 def ensure_worker() -> None:
-    """The thread worker of this process, started if it is not running."""
+    """The thread worker of this process, started if it is not running (with
+    ``worker="celery"`` there is none: Celery workers serve)."""
     global _worker
     from py_reactor.config import get_config
     from py_reactor.workers.threads import ThreadWorker
 
+    if get_config().worker != "threads":
+        return
     worker = _worker
     if isinstance(worker, ThreadWorker) and worker.alive:
         return
@@ -41,9 +45,15 @@ def ensure_worker() -> None:
 
 def sweep() -> tuple[list[str], list[str]]:
     """One recovery pass: dispatch what is due (parks whose timer fired, executions whose
-    runner's lease lapsed). Returns ``(due ids, recovered ids)``."""
+    runner's lease lapsed) to this process's thread worker, or with ``worker="celery"`` send
+    their jobs to Celery. Returns ``(due ids, recovered ids)``."""
+    from py_reactor.config import get_config
     from py_reactor.workers.threads import ThreadWorker
 
+    if get_config().worker == "celery":
+        from py_reactor.workers.celery import Dispatcher
+
+        return Dispatcher().sweep()
     ensure_worker()
     worker = _worker
     assert isinstance(worker, ThreadWorker)

@@ -33,12 +33,12 @@ from py_reactor.engine.context import Context, Status, running
 from py_reactor.engine.executor import execute
 from py_reactor.engine.results import DispatchedResult, FailureResult, Outcome, ParkedResult
 from py_reactor.engine.serializer import dumps_context, loads_context
-from py_reactor.errors import ReactorError, SerializationError
+from py_reactor.errors import DispatchError, ReactorError, SerializationError
 from py_reactor.storage import keys
 from py_reactor.storage.executions import ExecutionStore, StoredExecution
 from py_reactor.workers.execution import outcome_to_dict
 
-__all__ = ["background_run", "dispatch", "run_execution", "worker_name"]
+__all__ = ["background_run", "dispatch", "recovery_pass", "run_execution", "worker_name"]
 
 logger = logging.getLogger("py_reactor")
 
@@ -137,12 +137,33 @@ def _take_ordered_position(cls: type[Reactor], context: Context) -> None:
 
 
 def dispatch(cls: type[Reactor], context: Context) -> None:
-    """Store the execution (before anything is enqueued) and make it due now.
+    """Store the execution (before anything is enqueued) and make it due now: the thread
+    worker picks it up, or (``worker="celery"``) a job is sent for it.
 
     Raises:
         SerializationError: an input or result is not JSON-representable.
         StoreUnavailableError: the store cannot be reached.
+        DispatchError: ``worker="celery"`` cannot be used here (no ``redis_url``, or Celery is
+            not installed), or a ``__main__`` reactor is sent to Celery.
     """
+    config = get_config()
+    if config.worker == "celery":
+        try:
+            from py_reactor.workers import celery
+        except ImportError as exc:
+            raise DispatchError(
+                f"{cls.__qualname__} cannot be sent to Celery: configure(worker='celery') needs "
+                f'Celery installed (pip install "py_reactor[celery]"); importing it failed: {exc}'
+            ) from exc
+
+        celery.check_can_send(cls)
+        text = dumps_context(context)
+        _executions().create(
+            context.execution_id, class_path(cls), text, "pending",
+            sent_by_caller=config.execution_lease,
+        )  # fmt: skip
+        celery.send(context.execution_id, 0)
+        return
     executions = _executions()
     pinned = this_script() if cls.__module__ == "__main__" else ""
     executions.create(
@@ -153,11 +174,33 @@ def dispatch(cls: type[Reactor], context: Context) -> None:
     ensure_worker()
 
 
-def run_execution(execution_id: str, name: str, on_claim: Any = None) -> str:
+def recovery_pass(executions: ExecutionStore) -> tuple[list[str], list[str]]:
+    """One pass of the recovery loop, for any worker: ``(ids due now, ids whose runner's lease
+    lapsed)``; the lapsed ones are due again and reported (``ExecutionRecovered``, a log line).
+    """
+    from py_reactor.observability import events as ev
+    from py_reactor.observability.middleware import emit
+
+    due, lapsed = executions.due()
+    for execution_id in lapsed:
+        middleware = get_config().middleware
+        if middleware:
+            stored = executions.load(execution_id)
+            reactor = "" if stored is None else stored.reactor.rpartition(":")[2]
+            emit(middleware, ev.ExecutionRecovered(execution_id=execution_id, reactor=reactor))
+        logger.info("py_reactor: execution %s lost its runner; dispatching it again", execution_id)
+    return due, lapsed
+
+
+def run_execution(
+    execution_id: str, name: str, on_claim: Any = None, *, sent_at_epoch: int | None = None
+) -> str:
     """Claim and run one execution until it ends or parks; what became of it.
 
     ``on_claim(execution_id, epoch)`` / ``on_claim(execution_id, None)`` bracket the run (the
-    thread worker renews leases in between). Never raises for the execution's own problems.
+    worker renews leases in between). ``sent_at_epoch``: the epoch a job (a Celery message)
+    carries; a job sent before somebody else claimed the execution runs nothing (``"stale"``).
+    Never raises for the execution's own problems.
     """
     executions = _executions()
     config = get_config()
@@ -165,7 +208,12 @@ def run_execution(execution_id: str, name: str, on_claim: Any = None) -> str:
     foreign = None if ahead is None else _foreign(ahead.pinned)
     if foreign == "alive":
         return "another script's"  # a __main__ reactor: only its own script can run it
-    epoch = executions.claim(execution_id, name, config.execution_lease)
+    if sent_at_epoch is None:
+        epoch = executions.claim(execution_id, name, config.execution_lease)
+    else:  # the job is the authority that it is due; its epoch says whether it is stale
+        epoch = executions.claim(
+            execution_id, name, config.execution_lease, due=False, sent_at_epoch=sent_at_epoch
+        )
     if epoch <= 0:
         return "not claimed"
     stored = executions.load(execution_id)

@@ -16,9 +16,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from py_reactor.config import get_config
-from py_reactor.observability import events as ev
-from py_reactor.observability.middleware import emit
-from py_reactor.workers.dispatch import _executions, run_execution, worker_name
+from py_reactor.workers.dispatch import _executions, recovery_pass, run_execution, worker_name
 
 __all__ = ["ThreadWorker"]
 
@@ -65,17 +63,7 @@ class ThreadWorker:
     def sweep(self) -> tuple[list[str], list[str]]:
         """One recovery pass: submit what is due; ``(due ids, ids recovered from a lapsed
         lease)``."""
-        executions = _executions()
-        due, lapsed = executions.due()
-        for execution_id in lapsed:
-            middleware = get_config().middleware
-            if middleware:
-                stored = executions.load(execution_id)
-                reactor = "" if stored is None else stored.reactor.rpartition(":")[2]
-                emit(middleware, ev.ExecutionRecovered(execution_id=execution_id, reactor=reactor))
-            logger.info(
-                "py_reactor: execution %s lost its runner; dispatching it again", execution_id
-            )
+        due, lapsed = recovery_pass(_executions())
         for execution_id in due:
             self.submit(execution_id)
         return due, lapsed

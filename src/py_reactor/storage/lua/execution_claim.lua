@@ -2,7 +2,9 @@
 -- compares) and give it a liveness lease.
 -- KEYS[1] record hash; KEYS[2] leases zset id -> lease end ms; KEYS[3] due zset
 -- ARGV[1] id; ARGV[2] worker name; ARGV[3] lease ms; ARGV[4] "1": only if it is due (popped
--- from the ready list or the due set by this caller)
+-- from the ready list or the due set by this caller); ARGV[5] the epoch the job was sent at,
+-- or "" (a job, e.g. a Celery message, claims only if nobody claimed since it was sent: a
+-- redelivered or duplicated message finds the epoch moved and runs nothing)
 -- Returns the new epoch, 0 when another runner holds a live lease or it is not due,
 -- -1 when unknown, -2 when it already ended (or is paused at an interrupt: a resume, not a
 -- worker, takes it on).
@@ -15,6 +17,10 @@ if status == 'completed' or status == 'failed' or status == 'halted' or status =
     or status == 'aborted' or status == 'paused' then
   redis.call('ZREM', KEYS[3], ARGV[1])
   return -2
+end
+if ARGV[5] and ARGV[5] ~= '' and tonumber(redis.call('HGET', KEYS[1], 'epoch') or '0')
+    ~= tonumber(ARGV[5]) then
+  return 0
 end
 local now = now_ms()
 local lease = redis.call('ZSCORE', KEYS[2], ARGV[1])

@@ -1,0 +1,234 @@
+"""Celery workers: the same background executions, parks and recovery across processes.
+
+``configure(worker="celery", redis_url=...)`` sends each dispatched execution to Celery as one
+job that carries only ids: ``py_reactor.run(execution_id, epoch)``. The context lives in the
+store; a worker claims the execution at that epoch (a redelivered or duplicated message finds
+the epoch moved and runs nothing), runs it until it ends or parks, and checkpoints after every
+step, exactly as the thread worker does.
+
+Parks never use Celery's ``countdown``/``eta`` (on a Redis broker an ETA message waits unacked
+in a worker's memory and is redelivered after ``visibility_timeout``, so it could run twice).
+A parked execution waits in py_reactor's own due set; the release of the key it waits on pushes
+it to the ready list, and a dispatcher thread in every worker (a bootstep) sends its job at
+once. The same thread sends what falls due by its timer and what a dead worker's lapsed lease
+left, each job once (``ExecutionStore.take_for_sending``).
+
+``app`` is a Celery app configured from ``PY_REACTOR_REDIS_URL`` (``celery -A
+py_reactor.workers.celery worker``); ``install(app)`` puts py_reactor's task and dispatcher on
+an application's own Celery app, whose settings, queues and routing stay its own.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from typing import Any
+
+from celery import Celery, bootsteps
+
+from py_reactor.config import configure, get_config
+from py_reactor.errors import DispatchError, StoreUnavailableError
+from py_reactor.workers import leases
+from py_reactor.workers.dispatch import _executions, recovery_pass, run_execution, worker_name
+
+__all__ = ["TASK", "Dispatcher", "app", "check_can_send", "install", "run_job", "send"]
+
+logger = logging.getLogger("py_reactor")
+
+#: The name of the one task py_reactor registers.
+TASK = "py_reactor.run"
+
+#: Seconds between recovery passes (and the longest the dispatcher blocks on the ready list).
+SWEEP_EVERY = 0.5
+
+#: Settings py_reactor's jobs need, and why (see docs/workers.md). ``install`` sets the
+#: per-task ones on the task itself, so an application's own settings stay untouched.
+SETTINGS: dict[str, Any] = {
+    "task_acks_late": True,  # a worker killed mid-job leaves the message to be redelivered
+    "task_reject_on_worker_lost": True,  # ... also when its pool process dies
+    "worker_prefetch_multiplier": 1,  # a busy worker does not sit on jobs others could run
+    "task_ignore_result": True,  # the outcome lives in the store, not in a result backend
+    "broker_connection_retry_on_startup": True,
+}
+
+
+def run_job(execution_id: str, epoch: int) -> str:
+    """The task: claim ``execution_id`` at ``epoch`` and run it until it ends or parks."""
+    return run_execution(execution_id, worker_name(), on_claim=leases.track, sent_at_epoch=epoch)
+
+
+class Dispatcher:
+    """Sends the jobs of executions that are due: woken by a release (the ready list), due by
+    their timer, or left by a worker whose lease lapsed. One per worker process (a bootstep);
+    several share the store safely, each job being taken for sending once."""
+
+    def __init__(self) -> None:
+        self._stopped = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(
+            target=self._loop, name="py_reactor-celery-dispatcher", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    def sweep(self) -> tuple[list[str], list[str]]:
+        """One recovery pass: send what is due; ``(due ids, ids recovered from a lapsed
+        lease)``."""
+        executions = _executions()
+        due, lapsed = recovery_pass(executions)
+        self.send_due(due)
+        return due, lapsed
+
+    def send_due(self, ids: list[str]) -> None:
+        """Send a job for each of ``ids`` still due (and not being sent by another)."""
+        executions = _executions()
+        for execution_id, epoch in executions.take_for_sending(
+            ids, resend_after=get_config().execution_lease
+        ):
+            send(execution_id, epoch)
+
+    def _loop(self) -> None:
+        last = 0.0
+        down = False  # the store was unreachable on the last turn (said once, not each turn)
+        while not self._stopped.is_set():
+            try:
+                ready = _executions().next_ready(SWEEP_EVERY)
+                if ready is not None:
+                    self.send_due([ready])
+                now = time.monotonic()
+                if now - last >= SWEEP_EVERY:
+                    last = now
+                    self.sweep()
+                if down:
+                    down = False
+                    logger.warning("py_reactor: the store is reachable again; dispatching")
+            except StoreUnavailableError as exc:
+                if not down:
+                    down = True
+                    logger.warning("py_reactor: the Celery dispatcher waits for the store: %s", exc)
+                time.sleep(SWEEP_EVERY)
+            except Exception:
+                if self._stopped.is_set():
+                    return
+                logger.exception("py_reactor: the Celery dispatcher hit an error")
+                time.sleep(SWEEP_EVERY)
+
+
+class DispatcherStep(bootsteps.StartStopStep):  # type: ignore[misc]
+    """Runs a :class:`Dispatcher` in the worker's main process while the worker runs."""
+
+    def __init__(self, parent: Any, **kwargs: Any) -> None:
+        super().__init__(parent, **kwargs)
+        self.dispatcher: Dispatcher | None = None
+
+    def start(self, parent: Any) -> None:
+        self.dispatcher = Dispatcher()
+        self.dispatcher.start()
+
+    def stop(self, parent: Any) -> None:
+        if self.dispatcher is not None:
+            self.dispatcher.stop()
+
+
+def install(target: Celery) -> None:
+    """Register py_reactor's task and dispatcher on ``target`` (an application's Celery app).
+
+    The app keeps its own settings; py_reactor's task acks late and is rejected when its
+    worker is lost, whatever the app's defaults. Start its workers with ``-Q`` including
+    ``configure(celery_queue=...)`` (``"py_reactor"``), and ideally
+    ``worker_prefetch_multiplier=1``. Installing twice does nothing more.
+    """
+    global _sender
+    if getattr(target, "_py_reactor_installed", False):
+        _sender = target
+        return
+    target.task(name=TASK, acks_late=True, reject_on_worker_lost=True, ignore_result=True)(run_job)
+    target.steps["worker"].add(DispatcherStep)
+    target._py_reactor_installed = True
+    _sender = target
+
+
+def check_can_send(cls: type) -> None:
+    """Refuse, before anything is stored, what Celery workers could not run.
+
+    Raises:
+        DispatchError: no ``redis_url`` is configured, or ``cls`` is defined in ``__main__``.
+    """
+    config = get_config()
+    if config.redis_url is None:
+        raise DispatchError(
+            f"{cls.__qualname__} cannot be sent to Celery: configure(worker='celery') needs "
+            "configure(redis_url='redis://host:6379/0'), the Redis server that holds the "
+            "executions for every worker (and, unless install(app) brings a broker of its own, "
+            "Celery's broker); the embedded server serves one machine only"
+        )
+    if cls.__module__ == "__main__":
+        raise DispatchError(
+            f"{cls.__qualname__} is defined in the __main__ script, which Celery workers cannot "
+            "import: move it into a module and start the workers with --import that module"
+        )
+
+
+def send(execution_id: str, epoch: int) -> None:
+    """Send the job that runs ``execution_id`` (claimed at ``epoch``) to py_reactor's queue.
+
+    A broker that cannot be reached is logged, not raised: the execution is stored and due,
+    and the recovery loop sends it again later.
+    """
+    config = get_config()
+    sender = _sender if _sender is not app else _default_sender(config.redis_url)
+    try:
+        sender.send_task(TASK, args=(execution_id, epoch), queue=config.celery_queue)
+    except Exception as exc:
+        logger.warning(
+            "py_reactor: sending the job of execution %s failed (%s: %s); it stays due and "
+            "the recovery loop sends it again",
+            execution_id,
+            type(exc).__name__,
+            exc,
+        )
+
+
+def _default_sender(redis_url: str | None) -> Celery:
+    """The default app, sending to the configured store's server (an app per server URL, as
+    a Celery app's broker cannot change once it has connected)."""
+    url = os.environ.get("PY_REACTOR_REDIS_URL") or redis_url
+    if not app.conf.broker_url:
+        app.conf.broker_url = url
+    if url is None or url == app.conf.broker_url:
+        return app
+    with _senders_lock:
+        sender = _senders.get(url)
+        if sender is None:
+            sender = _senders[url] = Celery("py_reactor", set_as_current=False)
+            sender.conf.update(broker_url=url, **SETTINGS)
+    return sender
+
+
+_senders: dict[str, Celery] = {}
+_senders_lock = threading.Lock()
+
+
+def _default_app() -> Celery:
+    url = os.environ.get("PY_REACTOR_REDIS_URL")
+    if url:
+        configure(redis_url=url, worker="celery")
+    celery_app = Celery("py_reactor")
+    celery_app.conf.update(
+        broker_url=url or get_config().redis_url,
+        task_default_queue=get_config().celery_queue,
+        **SETTINGS,
+    )
+    return celery_app
+
+
+#: The default app: ``celery -A py_reactor.workers.celery worker`` with PY_REACTOR_REDIS_URL.
+app = _default_app()
+_sender: Celery = app
+install(app)

