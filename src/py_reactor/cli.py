@@ -34,14 +34,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "runner's lease lapsed, run them here, then exit",
     )
     sweep.add_argument("--redis-url", help="the store (default: the embedded server)")
-    sweep.add_argument(
-        "--import",
-        dest="modules",
-        action="append",
-        default=[],
-        metavar="MODULE",
-        help="a module that defines the reactors to run (repeatable)",
-    )
+    _imports(sweep)
     sweep.add_argument(
         "--wait", type=float, default=30.0, help="seconds to let dispatched runs finish"
     )
@@ -56,14 +49,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="start a Celery worker for py_reactor's jobs (needs py_reactor[celery])",
     )
     worker.add_argument("--redis-url", required=True, help="the store, and Celery's broker")
-    worker.add_argument(
-        "--import",
-        dest="modules",
-        action="append",
-        default=[],
-        metavar="MODULE",
-        help="a module that defines the reactors to run (repeatable)",
-    )
+    _imports(worker)
     worker.add_argument("--concurrency", type=int, default=None, help="pool size")
     worker.add_argument("--pool", choices=("prefork", "threads", "solo"), default="prefork")
     worker.add_argument("--loglevel", default="INFO")
