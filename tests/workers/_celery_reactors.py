@@ -10,11 +10,28 @@ from __future__ import annotations
 import os
 import time
 
-from py_reactor import Reactor, Result, background, configure, retries, step, with_lock
+from py_reactor import (
+    Reactor,
+    Result,
+    background,
+    configure,
+    retries,
+    step,
+    with_lock,
+    with_ordered_lock,
+    with_rate_limit,
+)
 from py_reactor.storage import current_store
 
-if os.environ.get("PY_REACTOR_TEST_LEASE"):  # the worker processes' liveness lease
-    configure(execution_lease=float(os.environ["PY_REACTOR_TEST_LEASE"]))
+# The worker processes' settings, from the environment their test gives them.
+for _option, _variable in (
+    ("execution_lease", "PY_REACTOR_TEST_LEASE"),
+    ("park_max_attempts", "PY_REACTOR_TEST_PARK_CAP"),
+    ("park_delay", "PY_REACTOR_TEST_PARK_DELAY"),
+    ("park_jitter", "PY_REACTOR_TEST_PARK_JITTER"),
+):
+    if os.environ.get(_variable):
+        configure(**{_option: float(os.environ[_variable])})
 
 
 def client():  # type: ignore[no-untyped-def]
@@ -140,3 +157,66 @@ class Slow(Reactor):
         return "three"
 
     returns = "last"
+
+
+@background
+@with_lock(lambda args: f"celery-test:outer:{args['account']}", ttl=10)
+class LockedBoth(Reactor):
+    """A reactor-level lock on ``outer:<account>`` around ``reserve`` and a step-level lock
+    on ``<account>`` for ``charge``."""
+
+    key: str
+    account: str
+
+    @step
+    def reserve(key: str) -> str:
+        record(key, "reserve")
+        return "reserved"
+
+    @step(wait_for=["reserve"])
+    @with_lock(lambda args: f"celery-test:{args['account']}", ttl=10)
+    def charge(key: str, account: str) -> str:
+        record(key, "charge")
+        return "charged"
+
+    returns = "charge"
+
+
+@background
+@with_ordered_lock(lambda args: f"celery-test:sequence:{args['account']}")
+class InOrder(Reactor):
+    """Runs of one account pass in the order ``run()`` dispatched them."""
+
+    key: str
+    account: str
+    position: int
+
+    @step
+    def book(key: str, account: str, position: int) -> int:
+        client().rpush(f"celery-test:{account}:order", position)
+        time.sleep(0.02)
+        return position
+
+    returns = "book"
+
+
+@background
+class MeteredThenLocked(Reactor):
+    """``call`` is rate limited (10 a minute); ``charge`` then needs a lock the test holds."""
+
+    key: str
+    account: str
+
+    @step
+    @with_rate_limit(lambda args: f"celery-test:api:{args['key']}", limit=10, period="minute")
+    def call(key: str) -> str:
+        record(key, "call")
+        return "called"
+
+    @step(wait_for=["call"])
+    @with_lock(lambda args: f"celery-test:{args['account']}", ttl=10)
+    def charge(key: str, account: str) -> str:
+        record(key, "charge")
+        return "charged"
+
+    returns = "charge"

@@ -34,14 +34,22 @@ LEASE = 2.0  # the workers' execution lease (seconds): recovery tests wait about
 
 
 class Worker:
-    """One ``py-reactor worker`` process (and its pool), in a process group of its own."""
+    """One ``py-reactor worker`` process (and its pool), in a process group of its own;
+    ``settings`` are environment variables its reactors module reads (see there)."""
 
-    def __init__(self, url: str, queue: str = "py_reactor", concurrency: int = 2) -> None:
+    def __init__(
+        self,
+        url: str,
+        queue: str = "py_reactor",
+        concurrency: int = 2,
+        settings: dict[str, str] | None = None,
+    ) -> None:
         self.log = Path(tempfile.mkstemp(prefix="pyr-celery-", suffix=".log")[1])
         env = {
             **os.environ,
             "PYTHONPATH": str(ROOT),
             "PY_REACTOR_TEST_LEASE": str(LEASE),
+            **(settings or {}),
         }
         command = [
             sys.executable, "-m", "py_reactor.cli", "worker",
@@ -83,8 +91,10 @@ class Worker:
         self.log.unlink(missing_ok=True)
 
 
-def start_workers(url: str, count: int, queue: str = "py_reactor") -> list[Worker]:
-    started = [Worker(url, queue) for _ in range(count)]
+def start_workers(
+    url: str, count: int, queue: str = "py_reactor", settings: dict[str, str] | None = None
+) -> list[Worker]:
+    started = [Worker(url, queue, settings=settings) for _ in range(count)]
     for worker in started:
         worker.wait_ready()
     return started
@@ -243,6 +253,109 @@ def test_retries_requeue_the_execution_instead_of_sleeping_in_a_worker(
     assert [what for what, _ in records(raw, key)] == ["call 1", "call 2", "call 3"]
 
 
+def parked(execution_id: str) -> Any:
+    return until(
+        lambda: (f := find(execution_id)) is not None and f.status == "waiting" and f,
+        "the run parked",
+    )
+
+
+def test_a_reactor_level_park_keeps_nothing_and_the_release_wakes_it(key: str) -> None:
+    """The reactor's own lock is busy: the run parks before any step (step None), and the
+    release here wakes it."""
+    from py_reactor import Lock
+
+    account = f"acct-{key}"
+    held = Lock(f"celery-test:outer:{account}", owner="the-test", ttl=30).acquire()
+    out = r.LockedBoth.run(key=key, account=account)
+    waiting = parked(out.execution_id)
+    assert waiting.waiting_on["step"] is None
+    assert waiting.waiting_on["key"] == f"celery-test:outer:{account}"
+    held.release()
+    assert out.wait(timeout=30).is_success
+
+
+def test_holds_kept_across_a_park_stay_the_runs_and_are_not_taken_twice(
+    raw: redis.Redis, key: str
+) -> None:
+    """Parked at ``charge`` (the test holds its key), the run keeps its reactor-level lock:
+    nobody else can take it meanwhile; after the wake it completes, and it acquired the
+    reactor lock once (one trace entry claims it)."""
+    from py_reactor import Lock
+    from py_reactor.errors import LockAcquisitionError
+
+    account = f"acct-{key}"
+    held = Lock(f"celery-test:{account}", owner="the-test", ttl=30).acquire()
+    out = r.LockedBoth.run(key=key, account=account)
+    waiting = parked(out.execution_id)
+    assert waiting.waiting_on["step"] == "charge"
+    with pytest.raises(LockAcquisitionError):
+        Lock(f"celery-test:outer:{account}", wait=0).acquire()
+    held.release()
+    assert out.wait(timeout=30).is_success
+    assert [what for what, _ in records(raw, key)] == ["reserve", "charge"]
+    Lock(f"celery-test:outer:{account}", wait=0).acquire().release()  # given back at the end
+
+
+def test_ordered_runs_pass_in_dispatch_order_across_worker_processes(
+    raw: redis.Redis, key: str
+) -> None:
+    account = f"acct-{key}"
+    outs = [r.InOrder.run(key=key, account=account, position=i) for i in range(6)]
+    assert all(out.wait(timeout=60).is_success for out in outs)
+    assert raw.lrange(f"celery-test:{account}:order", 0, -1) == [str(i) for i in range(6)]
+
+
+def test_a_rate_limit_is_charged_once_across_a_park(raw: redis.Redis, key: str) -> None:
+    """``call`` spends one call of its rate limit, then the run parks at ``charge``; the
+    resumed run does not call (nor charge the limit) again."""
+    from py_reactor import Lock, RateLimit
+
+    account = f"acct-{key}"
+    held = Lock(f"celery-test:{account}", owner="the-test", ttl=30).acquire()
+    out = r.MeteredThenLocked.run(key=key, account=account)
+    parked(out.execution_id)
+    held.release()
+    assert out.wait(timeout=30).is_success
+    usage = RateLimit(f"celery-test:api:{key}", limit=10, period="minute").usage()
+    assert list(usage.values()) == [1]
+    assert [what for what, _ in records(raw, key)] == ["call", "charge"]
+
+
+def test_the_park_cap_fails_the_run_on_a_worker_and_rolls_it_back(
+    private_redis: PrivateRedis, raw: redis.Redis, key: str
+) -> None:
+    """Workers capped at 2 parks (timer 0.1 s): with the key held throughout, the third
+    contention fails the run naming the lock, the key and the parks; ``reserve`` is undone
+    and the run holds nothing."""
+    from py_reactor import Lock
+    from py_reactor.errors import LockAcquisitionError
+
+    queue = f"capped-{key}"
+    settings = {
+        "PY_REACTOR_TEST_PARK_CAP": "2",
+        "PY_REACTOR_TEST_PARK_DELAY": "0.1",
+        "PY_REACTOR_TEST_PARK_JITTER": "0",
+    }
+    (capped,) = start_workers(private_redis.url, 1, queue=queue, settings=settings)
+    account = f"acct-{key}"
+    held = Lock(f"celery-test:{account}", owner="the-test", ttl=30).acquire()
+    try:
+        configure(celery_queue=queue)
+        done = r.LockedCharge.run(key=key, account=account, hold=0).wait(timeout=30)
+    finally:
+        held.release()
+        capped.stop()
+    assert not done.is_success
+    assert isinstance(done.error, LockAcquisitionError)
+    assert f"celery-test:{account}" in str(done.error)
+    assert "2 park(s)" in str(done.error)
+    assert [what for what, _ in records(raw, key)] == ["reserve", "undo reserve"]
+    found = find(done.execution_id)
+    assert found is not None
+    assert found.holds == []
+
+
 # ----------------------------------------------------------------------------- delivery
 
 
@@ -326,15 +439,17 @@ def test_a_worker_killed_mid_step_leaves_the_run_to_another_that_finishes_it(
     private_redis: PrivateRedis, raw: redis.Redis, key: str
 ) -> None:
     """kill -9 of the worker (and its pool) running ``slow``: its lease lapses, another
-    worker process re-runs ``slow`` (the step in flight) and finishes; ``first`` is not
-    re-run."""
+    worker process serving the same queue re-runs ``slow`` (the step in flight) and
+    finishes; ``first`` is not re-run."""
     queue = f"victim-{key}"
     (victim,) = start_workers(private_redis.url, 1, queue=queue)
+    rescuers: list[Worker] = []
     try:
         configure(celery_queue=queue)
         out = r.Slow.run(key=key)
         until(lambda: "slow" in [w for w, _ in records(raw, key)], "the victim is in slow")
         victim_pids = {pid for _, pid in records(raw, key)}
+        rescuers += start_workers(private_redis.url, 1, queue=queue)
         victim.kill()
         raw.rpush(f"celery-test:{key}:go", "go")  # for the re-run of slow
         done = out.wait(timeout=30)
@@ -346,7 +461,8 @@ def test_a_worker_killed_mid_step_leaves_the_run_to_another_that_finishes_it(
         assert found is not None
         assert found.status == "completed"
     finally:
-        victim.stop()
+        for worker in [victim, *rescuers]:
+            worker.stop()
 
 
 class DurableRedis:

@@ -67,6 +67,7 @@ class ExecutionStore:
         *,
         pinned: str = "",
         sent_by_caller: float | None = None,
+        queue: str = "",
     ) -> bool:
         """Store a new execution and make it due now; False if the id exists already.
 
@@ -74,22 +75,25 @@ class ExecutionStore:
         which only a process running that same script can import. ``sent_by_caller``: the
         caller sends the job itself (a Celery message): the id is not pushed to the ready list,
         and the recovery loop sends it only if it has not run within that many seconds.
+        ``queue``: the Celery queue its jobs go to, every time it is sent again too.
         """
         keys = (record_key(execution_id), INDEX_KEY, DUE_KEY, READY_KEY)
         args: tuple[str, ...] = (execution_id, reactor, context, status, pinned)
-        if sent_by_caller is not None:
-            args = (*args, "0", str(_ms(sent_by_caller)))
+        ready, due_in = ("1", "0") if sent_by_caller is None else ("0", str(_ms(sent_by_caller)))
+        args = (*args, ready, due_in, queue)
         return bool(self.store.run_script("execution_create", keys, args))
 
-    def take_for_sending(self, ids: list[str], resend_after: float) -> list[tuple[str, int]]:
-        """The ``(id, epoch)`` of those of ``ids`` still due now, each made due again only
-        ``resend_after`` seconds later: a dispatcher sends exactly these jobs, and no other
-        dispatcher sends them meanwhile."""
+    def take_for_sending(self, ids: list[str], resend_after: float) -> list[tuple[str, int, str]]:
+        """The ``(id, epoch, queue)`` of those of ``ids`` still due now, each made due again
+        only ``resend_after`` seconds later: a dispatcher sends exactly these jobs (to the queue
+        the execution was first sent to), and no other dispatcher sends them meanwhile."""
         if not ids:
             return []
         keys = (DUE_KEY, *(record_key(execution_id) for execution_id in ids))
         reply = self.store.run_script("execution_send", keys, (_ms(resend_after), *ids))
-        return [(str(reply[i]), int(reply[i + 1])) for i in range(0, len(reply), 2)]
+        return [
+            (str(reply[i]), int(reply[i + 1]), str(reply[i + 2])) for i in range(0, len(reply), 3)
+        ]
 
     def load(self, execution_id: str) -> StoredExecution | None:
         """The stored execution, or None for an unknown id."""

@@ -88,10 +88,10 @@ class Dispatcher:
     def send_due(self, ids: list[str]) -> None:
         """Send a job for each of ``ids`` still due (and not being sent by another)."""
         executions = _executions()
-        for execution_id, epoch in executions.take_for_sending(
+        for execution_id, epoch, queue in executions.take_for_sending(
             ids, resend_after=get_config().execution_lease
         ):
-            send(execution_id, epoch)
+            send(execution_id, epoch, queue=queue or None)
 
     def _loop(self) -> None:
         last = 0.0
@@ -175,8 +175,10 @@ def check_can_send(cls: type) -> None:
         )
 
 
-def send(execution_id: str, epoch: int) -> None:
-    """Send the job that runs ``execution_id`` (claimed at ``epoch``) to py_reactor's queue.
+def send(execution_id: str, epoch: int, *, queue: str | None = None) -> None:
+    """Send the job that runs ``execution_id`` (claimed at ``epoch``) to ``queue`` (default
+    ``configure(celery_queue=...)``; a re-sent job goes to the queue the execution was first
+    sent to, whoever sends it).
 
     A broker that cannot be reached is logged, not raised: the execution is stored and due,
     and the recovery loop sends it again later.
@@ -184,7 +186,7 @@ def send(execution_id: str, epoch: int) -> None:
     config = get_config()
     sender = _sender if _sender is not app else _default_sender(config.redis_url)
     try:
-        sender.send_task(TASK, args=(execution_id, epoch), queue=config.celery_queue)
+        sender.send_task(TASK, args=(execution_id, epoch), queue=queue or config.celery_queue)
     except Exception as exc:
         logger.warning(
             "py_reactor: sending the job of execution %s failed (%s: %s); it stays due and "

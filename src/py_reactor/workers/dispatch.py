@@ -160,7 +160,7 @@ def dispatch(cls: type[Reactor], context: Context) -> None:
         text = dumps_context(context)
         _executions().create(
             context.execution_id, class_path(cls), text, "pending",
-            sent_by_caller=config.execution_lease,
+            sent_by_caller=config.execution_lease, queue=config.celery_queue,
         )  # fmt: skip
         celery.send(context.execution_id, 0)
         return

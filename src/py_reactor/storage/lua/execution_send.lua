@@ -4,7 +4,8 @@
 -- KEYS[1] due zset id -> due ms; KEYS[i] (i >= 2) the record of ARGV[i] (py_reactor:exec:<id>)
 -- ARGV[1] ms after which the recovery loop may send a job again if this one never ran;
 -- ARGV[i] (i >= 2) execution ids
--- Returns {id, epoch, id, epoch, ...} for the ids taken (those not due now are left alone).
+-- Returns {id, epoch, queue, id, epoch, queue, ...} for the ids taken (those not due now are
+-- left alone); queue is the one the execution was first sent to ("" when none was recorded).
 -- #include _now
 local now = now_ms()
 local taken = {}
@@ -13,7 +14,9 @@ for i = 2, #ARGV do
   if due and tonumber(due) <= now then
     redis.call('ZADD', KEYS[1], now + tonumber(ARGV[1]), ARGV[i])
     taken[#taken + 1] = ARGV[i]
-    taken[#taken + 1] = redis.call('HGET', KEYS[i], 'epoch') or '0'
+    local record = redis.call('HMGET', KEYS[i], 'epoch', 'queue')
+    taken[#taken + 1] = record[1] or '0'
+    taken[#taken + 1] = record[2] or ''
   end
 end
 return taken
