@@ -492,3 +492,16 @@ def test_a_full_semaphore_parks_the_step_and_a_freed_slot_wakes_it_period_marked
     again = r.Mailer.run(key=key).wait(timeout=10)
     assert again.is_success
     assert calls == ["digest", "send", "send"]  # the bucket is done: digest is skipped
+
+
+def test_every_outcome_waits_so_run_then_wait_reads_the_same_either_way(key: str) -> None:
+    """A run that fails before its hand-off returns its failure, whose ``wait()`` is itself; a
+    dispatched one waits for its worker."""
+    from py_reactor.engine.results import DispatchedResult, FailureResult
+
+    failed = r.After.run(key=key, n="not a number")  # invalid inputs: nothing dispatched
+    assert isinstance(failed, FailureResult)
+    assert failed.wait(timeout=1) is failed
+    dispatched = r.After.run(key=key, n=1)
+    assert isinstance(dispatched, DispatchedResult)
+    assert dispatched.wait(timeout=10).value == 4

@@ -81,6 +81,12 @@ class Outcome:
         """What happened, in order: one entry per run, skip, retry, failure, compensate, undo."""
         return self.context.trace
 
+    def wait(self, timeout: float | None = None) -> Outcome:
+        """The terminal outcome: this one (a run that ended, or failed before its hand-off);
+        a ``DispatchedResult`` waits for its worker. So ``Reactor.run(...).wait()`` reads the
+        same whether or not the run was dispatched."""
+        return self
+
 
 class SuccessResult(Outcome):
     """Every step ran (or was skipped); ``value`` is the ``returns`` step's value."""

@@ -16,6 +16,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from py_reactor.config import get_config
+from py_reactor.errors import StoreUnavailableError
 from py_reactor.workers.dispatch import _executions, recovery_pass, run_execution, worker_name
 
 __all__ = ["ThreadWorker"]
@@ -91,6 +92,7 @@ class ThreadWorker:
 
     def _loop(self) -> None:
         last = 0.0
+        down = False  # the store was unreachable on the last turn (said once, not each turn)
         while not self._stopped.is_set():
             try:
                 executions = _executions()  # the configured store: it may change (tests)
@@ -102,6 +104,16 @@ class ThreadWorker:
                     last = now
                     self.sweep()
                     self._renew(executions)
+                if down:
+                    down = False
+                    logger.warning("py_reactor: the store is reachable again; dispatching")
+            except StoreUnavailableError as exc:
+                if self._stopped.is_set():
+                    return
+                if not down:
+                    down = True
+                    logger.warning("py_reactor: the thread worker waits for the store: %s", exc)
+                time.sleep(SWEEP_EVERY)
             except Exception:
                 if self._stopped.is_set():
                     return

@@ -35,6 +35,7 @@ if ARGV[4] == '1' then
 end
 redis.call('ZREM', KEYS[3], ARGV[1])
 local epoch = redis.call('HINCRBY', KEYS[1], 'epoch', 1)
-redis.call('HSET', KEYS[1], 'status', 'running', 'worker', ARGV[2], 'updated_at', now)
+redis.call('HSET', KEYS[1], 'status', 'running', 'worker', ARGV[2], 'updated_at', now,
+  'sends', 0)  -- the sends of execution_send since the last claim
 redis.call('ZADD', KEYS[2], now + tonumber(ARGV[3]), ARGV[1])
 return epoch
