@@ -271,3 +271,49 @@ def test_a_nested_run_shares_the_tree_ledger_after_a_round_trip(key: str) -> Non
     done = Tree.run(card=key)
     restored = loads_context(dumps_context(done.context))
     assert restored.children["kid"].holds is restored.holds
+
+
+def test_levels_a_dead_runner_of_the_execution_left_are_given_back_on_the_re_run(
+    key: str,
+) -> None:
+    """A runner died inside the step: its lock and slot (owner: the execution) were never
+    released, and the checkpointed ledger does not list them. The re-run re-enters them, gives
+    the dead levels back at once, and its exit frees the key: nobody waits out the ttl."""
+    Lock(key, ttl=30, owner="root-1").acquire()  # what the dead runner left
+    Semaphore(key, limit=1, owner="root-1").acquire()
+    ledger = Ledger()  # the last checkpoint: from before the step took anything
+    token = _owned("root-1")
+    try:
+        scope = _scope(
+            ledger,
+            key,
+            lock=LockDeclaration(key, ttl=30),
+            semaphore=SemaphoreDeclaration(key, limit=1),
+        )
+        assert scope.enter() is Admission.PROCEED
+        assert Lock(key).state().count == 1
+        assert [r.data["count"] for r in ledger.records] == [1, 1]
+        scope.exit(succeeded=True, failed=False)
+    finally:
+        unbind_owner(token)
+    assert Lock(key).state().owner is None
+    assert Semaphore(key, limit=1).state().held == 0
+
+
+def test_an_enclosing_hold_of_the_same_key_is_not_mistaken_for_a_dead_runners(key: str) -> None:
+    """The reactor holds the lock (its record is in the ledger) and the step takes it again:
+    count 2 is accounted for, and nothing is given back early."""
+    ledger = Ledger()
+    token = _owned("root-1")
+    try:
+        outer = _scope(ledger, key, holder="ex1")
+        assert outer.enter() is Admission.PROCEED
+        inner = _scope(ledger, key, holder="ex1:charge")
+        assert inner.enter() is Admission.PROCEED
+        assert Lock(key).state().count == 2
+        inner.exit(succeeded=True, failed=False)
+        assert Lock(key).state().owner == "root-1"
+        outer.exit(succeeded=True, failed=False)
+    finally:
+        unbind_owner(token)
+    assert Lock(key).state().owner is None

@@ -227,6 +227,8 @@ class Scope:
                 continue
             answer = gate.enter(mine, owner=None, wait=self._wait(name))
             record = answer.record
+            if isinstance(answer, Entered) and answer.fresh and record is not None:
+                self._shed_leftovers(gate, record)
             if record is not mine:
                 if mine is not None:  # it lapsed meanwhile: the gate's answer replaces it
                     self.ledger.remove(mine)
@@ -241,6 +243,29 @@ class Scope:
             if answer.fresh:
                 self._report(f"{name}.acquired", name, **answer.fields)
         return Admission.PROCEED
+
+    def _shed_leftovers(self, gate: Gate, record: HoldRecord) -> None:
+        """A fresh hold nested deeper in the store than the ledger accounts for holds levels a
+        dead runner of this execution took after its last checkpoint (the owner is the
+        execution, so the re-run re-entered them): give those back now, or the key would stay
+        held, unextended, until their ttl ran out after this run released its own."""
+        count = record.data.get("count", 1)
+        if not gate.exclusive or count <= 1:
+            return
+        accounted = 1 + sum(
+            1
+            for r in self.ledger
+            if r.entry == record.entry and r.owner == record.owner and r.state == HELD
+        )
+        if count > accounted:
+            logger.info(
+                "py_reactor: %s %r: giving back %d level(s) a dead runner of this execution "
+                "left held",
+                gate.primitive,
+                gate.key,
+                count - accounted,
+            )
+            gate.shed(record, count - accounted)
 
     def _wait(self, name: str) -> float | None:
         if self.wait is not None:
