@@ -554,14 +554,15 @@ def test_a_redis_restart_mid_run_loses_nothing(key: str) -> None:
 
 
 def test_every_job_carries_ids_only(private_redis: PrivateRedis, key: str) -> None:
-    """The message body holds the execution id and the epoch, never the context."""
+    """The message body holds the execution id and the epoch, never the context; a new
+    execution's job goes at the lower priority of new work (runs under way go first)."""
     from py_reactor.workers import celery
 
     sent: list[Any] = []
     real = celery._sender.send_task
 
     def spy(name: str, args: Any = None, **options: Any) -> Any:
-        sent.append((name, args))
+        sent.append((name, args, options.get("priority")))
         return real(name, args=args, **options)
 
     celery._sender.send_task = spy  # type: ignore[method-assign]
@@ -570,7 +571,39 @@ def test_every_job_carries_ids_only(private_redis: PrivateRedis, key: str) -> No
         out.wait(timeout=30)
     finally:
         del celery._sender.send_task
-    assert sent == [(celery.TASK, (out.execution_id, 0))]
+    assert sent == [(celery.TASK, (out.execution_id, 0), celery.NEW_WORK_PRIORITY)]
+
+
+def test_a_woken_execution_goes_ahead_of_new_work_queued_before_it(
+    private_redis: PrivateRedis, raw: redis.Redis, key: str
+) -> None:
+    """With no worker serving the queue yet, a parked run is woken (its job queued) after
+    five new runs were queued: the one worker started then runs the woken one first."""
+    from py_reactor import Lock
+
+    queue = f"order-{key}"
+    account = f"acct-{key}"
+    configure(celery_queue=queue)
+    (first,) = start_workers(private_redis.url, 1, queue=queue)
+    held = Lock(f"celery-test:{account}", owner="the-test", ttl=30).acquire()
+    try:
+        woken = r.LockedCharge.run(key=f"{key}-woken", account=account, hold=0)
+        parked(woken.execution_id)
+        first.stop()  # nobody serves the queue now: the jobs below wait in it
+        fresh = [r.Three.run(key=f"{key}-new-{i}", n=i) for i in range(5)]
+        held.release()  # the woken run's job is queued behind the five new ones
+        time.sleep(1.0)  # a module worker's dispatcher sends it meanwhile
+        second = Worker(private_redis.url, queue, concurrency=1)  # one job at a time
+        second.wait_ready()
+        try:
+            assert woken.wait(timeout=30).is_success
+            assert all(out.wait(timeout=30).is_success for out in fresh)
+        finally:
+            second.stop()
+    finally:
+        held.release()
+    done = {out.execution_id: find(out.execution_id).updated_at for out in [woken, *fresh]}
+    assert done[woken.execution_id] <= min(done[out.execution_id] for out in fresh)
 
 
 def test_the_worker_command_refuses_a_module_it_cannot_import(private_redis: PrivateRedis) -> None:

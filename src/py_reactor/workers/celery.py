@@ -43,6 +43,12 @@ TASK = "py_reactor.run"
 #: Seconds between recovery passes (and the longest the dispatcher blocks on the ready list).
 SWEEP_EVERY = 0.5
 
+#: The Celery priority of a new execution's first job. Jobs of executions already under way
+#: (woken by a release, due after a park or a retry delay, recovered) go without one, which a
+#: Redis broker serves first (0 is its highest): what was started, and may hold keys across
+#: its park, finishes before new work piles in front of it.
+NEW_WORK_PRIORITY = 6
+
 #: Settings py_reactor's jobs need, and why (see docs/workers.md). ``install`` sets the
 #: per-task ones on the task itself, so an application's own settings stay untouched.
 SETTINGS: dict[str, Any] = {
@@ -175,18 +181,23 @@ def check_can_send(cls: type) -> None:
         )
 
 
-def send(execution_id: str, epoch: int, *, queue: str | None = None) -> None:
+def send(
+    execution_id: str, epoch: int, *, queue: str | None = None, priority: int | None = None
+) -> None:
     """Send the job that runs ``execution_id`` (claimed at ``epoch``) to ``queue`` (default
     ``configure(celery_queue=...)``; a re-sent job goes to the queue the execution was first
-    sent to, whoever sends it).
+    sent to, whoever sends it), at Celery ``priority`` (None: the broker's first).
 
     A broker that cannot be reached is logged, not raised: the execution is stored and due,
     and the recovery loop sends it again later.
     """
     config = get_config()
     sender = _sender if _sender is not app else _default_sender(config.redis_url)
+    options: dict[str, Any] = {} if priority is None else {"priority": priority}
     try:
-        sender.send_task(TASK, args=(execution_id, epoch), queue=queue or config.celery_queue)
+        sender.send_task(
+            TASK, args=(execution_id, epoch), queue=queue or config.celery_queue, **options
+        )
     except Exception as exc:
         logger.warning(
             "py_reactor: sending the job of execution %s failed (%s: %s); it stays due and "

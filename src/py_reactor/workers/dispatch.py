@@ -162,7 +162,7 @@ def dispatch(cls: type[Reactor], context: Context) -> None:
             context.execution_id, class_path(cls), text, "pending",
             sent_by_caller=config.execution_lease, queue=config.celery_queue,
         )  # fmt: skip
-        celery.send(context.execution_id, 0)
+        celery.send(context.execution_id, 0, priority=celery.NEW_WORK_PRIORITY)
         return
     executions = _executions()
     pinned = this_script() if cls.__module__ == "__main__" else ""
