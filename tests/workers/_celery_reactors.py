@@ -19,6 +19,7 @@ from py_reactor import (
     step,
     with_lock,
     with_ordered_lock,
+    with_period,
     with_rate_limit,
 )
 from py_reactor.storage import current_store
@@ -202,7 +203,8 @@ class InOrder(Reactor):
 
 @background
 class MeteredThenLocked(Reactor):
-    """``call`` is rate limited (10 a minute); ``charge`` then needs a lock the test holds."""
+    """``call`` is rate limited (10 a minute), ``digest`` runs once a day; ``charge`` then
+    needs a lock the test holds."""
 
     key: str
     account: str
@@ -214,6 +216,12 @@ class MeteredThenLocked(Reactor):
         return "called"
 
     @step(wait_for=["call"])
+    @with_period(lambda args: f"celery-test:digest:{args['key']}", every="day")
+    def digest(key: str) -> str:
+        record(key, "digest")
+        return "digested"
+
+    @step(wait_for=["digest"])
     @with_lock(lambda args: f"celery-test:{args['account']}", ttl=10)
     def charge(key: str, account: str) -> str:
         record(key, "charge")

@@ -306,10 +306,12 @@ def test_ordered_runs_pass_in_dispatch_order_across_worker_processes(
     assert raw.lrange(f"celery-test:{account}:order", 0, -1) == [str(i) for i in range(6)]
 
 
-def test_a_rate_limit_is_charged_once_across_a_park(raw: redis.Redis, key: str) -> None:
-    """``call`` spends one call of its rate limit, then the run parks at ``charge``; the
-    resumed run does not call (nor charge the limit) again."""
-    from py_reactor import Lock, RateLimit
+def test_a_rate_limit_and_a_period_are_charged_once_across_a_park(
+    raw: redis.Redis, key: str
+) -> None:
+    """``call`` spends one call of its rate limit and ``digest`` marks its day, then the run
+    parks at ``charge``; the resumed run runs neither again (nor charges them)."""
+    from py_reactor import Lock, Period, RateLimit
 
     account = f"acct-{key}"
     held = Lock(f"celery-test:{account}", owner="the-test", ttl=30).acquire()
@@ -319,7 +321,8 @@ def test_a_rate_limit_is_charged_once_across_a_park(raw: redis.Redis, key: str) 
     assert out.wait(timeout=30).is_success
     usage = RateLimit(f"celery-test:api:{key}", limit=10, period="minute").usage()
     assert list(usage.values()) == [1]
-    assert [what for what, _ in records(raw, key)] == ["call", "charge"]
+    assert Period(f"celery-test:digest:{key}", every="day").is_done()
+    assert [what for what, _ in records(raw, key)] == ["call", "digest", "charge"]
 
 
 def test_the_park_cap_fails_the_run_on_a_worker_and_rolls_it_back(

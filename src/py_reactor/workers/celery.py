@@ -62,7 +62,16 @@ SETTINGS: dict[str, Any] = {
 
 def run_job(execution_id: str, epoch: int) -> str:
     """The task: claim ``execution_id`` at ``epoch`` and run it until it ends or parks."""
-    return run_execution(execution_id, worker_name(), on_claim=leases.track, sent_at_epoch=epoch)
+    became = run_execution(execution_id, worker_name(), on_claim=leases.track, sent_at_epoch=epoch)
+    if became in ("not claimed", "gone"):
+        logger.info(
+            "py_reactor: the job of execution %s (sent at epoch %d) ran nothing: %s (a "
+            "redelivered or duplicated message, or the run moved on since it was sent)",
+            execution_id,
+            epoch,
+            became,
+        )
+    return became
 
 
 class Dispatcher:
