@@ -47,6 +47,7 @@ def _scope(
     key: str,
     holder: str = "ex1:charge",
     events: list[Any] | None = None,
+    recovered: bool = False,
     **decl: Any,
 ) -> Scope:
     declarations = decl or {"lock": LockDeclaration(key, ttl=30)}
@@ -63,6 +64,7 @@ def _scope(
         ledger=ledger,
         holder=holder,
         emit=emit,
+        recovered=recovered,
     )
 
 
@@ -277,8 +279,9 @@ def test_levels_a_dead_runner_of_the_execution_left_are_given_back_on_the_re_run
     key: str,
 ) -> None:
     """A runner died inside the step: its lock and slot (owner: the execution) were never
-    released, and the checkpointed ledger does not list them. The re-run re-enters them, gives
-    the dead levels back at once, and its exit frees the key: nobody waits out the ttl."""
+    released, and the checkpointed ledger does not list them. The re-run (``recovered``)
+    re-enters them, gives the dead levels back at once, and its exit frees the key: nobody
+    waits out the ttl."""
     Lock(key, ttl=30, owner="root-1").acquire()  # what the dead runner left
     Semaphore(key, limit=1, owner="root-1").acquire()
     ledger = Ledger()  # the last checkpoint: from before the step took anything
@@ -287,6 +290,7 @@ def test_levels_a_dead_runner_of_the_execution_left_are_given_back_on_the_re_run
         scope = _scope(
             ledger,
             key,
+            recovered=True,
             lock=LockDeclaration(key, ttl=30),
             semaphore=SemaphoreDeclaration(key, limit=1),
         )
@@ -306,9 +310,9 @@ def test_an_enclosing_hold_of_the_same_key_is_not_mistaken_for_a_dead_runners(ke
     ledger = Ledger()
     token = _owned("root-1")
     try:
-        outer = _scope(ledger, key, holder="ex1")
+        outer = _scope(ledger, key, holder="ex1", recovered=True)
         assert outer.enter() is Admission.PROCEED
-        inner = _scope(ledger, key, holder="ex1:charge")
+        inner = _scope(ledger, key, holder="ex1:charge", recovered=True)
         assert inner.enter() is Admission.PROCEED
         assert Lock(key).state().count == 2
         inner.exit(succeeded=True, failed=False)

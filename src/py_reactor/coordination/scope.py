@@ -111,6 +111,7 @@ class Scope:
         "holder",
         "ledger",
         "reactor",
+        "recovered",
         "step",
         "wait",
         "where",
@@ -127,8 +128,10 @@ class Scope:
         holder: str,
         emit: Emit | None = None,
         wait: float | None = None,
+        recovered: bool = False,
     ) -> None:
         self.declarations = declarations
+        self.recovered = recovered  # the run resumes a dead runner's: see _shed_leftovers
         self.reactor = reactor
         self.step = step
         self.where = f"reactor {reactor}" if step is None else f"reactor {reactor}, step {step!r}"
@@ -227,7 +230,7 @@ class Scope:
                 continue
             answer = gate.enter(mine, owner=None, wait=self._wait(name))
             record = answer.record
-            if isinstance(answer, Entered) and answer.fresh and record is not None:
+            if self.recovered and isinstance(answer, Entered) and answer.fresh and record:
                 self._shed_leftovers(gate, record)
             if record is not mine:
                 if mine is not None:  # it lapsed meanwhile: the gate's answer replaces it
@@ -245,10 +248,12 @@ class Scope:
         return Admission.PROCEED
 
     def _shed_leftovers(self, gate: Gate, record: HoldRecord) -> None:
-        """A fresh hold nested deeper in the store than the ledger accounts for holds levels a
-        dead runner of this execution took after its last checkpoint (the owner is the
-        execution, so the re-run re-entered them): give those back now, or the key would stay
-        held, unextended, until their ttl ran out after this run released its own."""
+        """In a run that resumes a dead runner's (``recovered``), a fresh hold nested deeper in
+        the store than the ledger accounts for holds levels that runner took after its last
+        checkpoint (the owner is the execution, so the re-run re-entered them): give those back
+        now, or the key would stay held, unextended, until their ttl ran out after this run
+        released its own. Only then: elsewhere (a decorated helper nested in another, say)
+        levels the ledger does not list are live holds of this very process."""
         count = record.data.get("count", 1)
         if not gate.exclusive or count <= 1:
             return

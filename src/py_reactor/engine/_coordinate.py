@@ -75,6 +75,7 @@ class StepGate:
                 holder=run.context.holder(step),
                 emit=emitter(run, step),
                 wait=0 if parking else wait,
+                recovered=run.worker is not None and run.worker.recovered,
             )
 
         ordered = {n: d for n, d in declarations.items() if n == "ordered_lock"}

@@ -37,12 +37,15 @@ class WorkerMode:
             the root context; raises :class:`StaleExecution` when another runner owns it now.
         root: the root context, where parks are counted and traced.
         prefix: the dotted path of the composed child running now (``"child."``).
+        recovered: this run resumes one whose runner died (its lease lapsed): holds that
+            runner took after its last checkpoint may still be in the store.
     """
 
     park_max_attempts: float
     checkpoint: Callable[[Context], None] | None = None
     root: Context | None = None  # the execution's root context: parks are counted and traced
     prefix: str = ""  # "child." while a composed child runs: parks name "child.charge"
+    recovered: bool = False
 
 
 class StaleExecution(Exception):

@@ -114,6 +114,7 @@ def _coordinated(cls: type[Reactor], run: Run) -> Outcome:
             holder=context.holder(None),
             emit=emitter(run, None),
             wait=0 if run.worker is not None else None,
+            recovered=run.worker is not None and run.worker.recovered,
         )
         admission = scope.enter(parking=run.worker is not None)
     except CoordinationError as exc:

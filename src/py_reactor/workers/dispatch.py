@@ -236,7 +236,11 @@ def run_execution(
             raise StaleExecution(execution_id)
 
     mode = WorkerMode(
-        park_max_attempts=config.park_max_attempts, checkpoint=checkpoint, root=context
+        park_max_attempts=config.park_max_attempts,
+        checkpoint=checkpoint,
+        root=context,
+        # It was running when this runner could claim it: its runner's lease had lapsed.
+        recovered=ahead is not None and ahead.status == "running",
     )
     if on_claim is not None:
         on_claim(execution_id, epoch)
