@@ -137,7 +137,7 @@ class Flaky(Reactor):
 
 @background
 class Slow(Reactor):
-    """``first``, then ``slow`` (which waits for the test), then ``last``."""
+    """``first``, then ``slow`` (under a lock, waiting for the test), then ``last``."""
 
     key: str
 
@@ -147,6 +147,7 @@ class Slow(Reactor):
         return "one"
 
     @step(wait_for=["first"])
+    @with_lock(lambda args: f"celery-test:slow:{args['key']}", ttl=30)
     def slow(key: str) -> str:
         record(key, "slow")
         hold_until_told(key)

@@ -443,7 +443,7 @@ def test_a_worker_killed_mid_step_leaves_the_run_to_another_that_finishes_it(
 ) -> None:
     """kill -9 of the worker (and its pool) running ``slow``: its lease lapses, another
     worker process serving the same queue re-runs ``slow`` (the step in flight) and
-    finishes; ``first`` is not re-run."""
+    finishes; ``first`` is not re-run, and ``slow``'s lock is free at the end."""
     queue = f"victim-{key}"
     (victim,) = start_workers(private_redis.url, 1, queue=queue)
     rescuers: list[Worker] = []
@@ -463,6 +463,11 @@ def test_a_worker_killed_mid_step_leaves_the_run_to_another_that_finishes_it(
         found = find(out.execution_id)
         assert found is not None
         assert found.status == "completed"
+        # The dead runner's hold on slow's lock was given back by the re-run, not left to
+        # its 30 s ttl.
+        from py_reactor import Lock
+
+        assert Lock(f"celery-test:slow:{key}").state().owner is None
     finally:
         for worker in [victim, *rescuers]:
             worker.stop()
