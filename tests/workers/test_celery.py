@@ -670,3 +670,44 @@ def test_a_main_script_reactor_is_refused_for_celery(key: str) -> None:
     out = namespace["Script"].run(key=key)
     assert isinstance(out.error, DispatchError)
     assert "__main__" in str(out.error)
+
+
+def test_py_reactor_sweep_sends_what_is_due_to_celery(key: str) -> None:
+    """``py-reactor sweep --worker celery`` sends the jobs of due executions (to their own
+    queue) instead of running them in the sweeping process. On a server of its own: no
+    worker's dispatcher may send them first."""
+    server = PrivateRedis()
+    try:
+        _sweep_sends(server, key)
+    finally:
+        server.stop()
+
+
+def _sweep_sends(server: PrivateRedis, key: str) -> None:
+    import json
+
+    from py_reactor.storage import current_store
+    from py_reactor.storage.executions import ExecutionStore
+
+    configure(redis_url=server.url)
+    raw = server.client()
+    queue = f"swept-{key}"
+    execution_id = f"due-{key}"
+    reactor = "tests.workers._celery_reactors:Three"
+    context = dumps_context(Context(reactor=reactor, inputs={"key": key, "n": 1}))
+    assert ExecutionStore(current_store()).create(
+        execution_id, reactor, context, "pending", sent_by_caller=0.001, queue=queue
+    )
+    time.sleep(0.05)
+    done = subprocess.run(
+        [
+            sys.executable, "-m", "py_reactor.cli", "sweep", "--worker", "celery",
+            "--redis-url", server.url, "--wait", "0",
+        ],
+        cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("due: 1,"), done.stdout
+    messages = [json.loads(m) for m in raw.lrange(queue, 0, -1)]
+    assert [m["headers"]["argsrepr"] for m in messages] == [repr((execution_id, 0))]
+    assert records(raw, key) == []  # nothing ran in the sweeping process
