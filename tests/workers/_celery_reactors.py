@@ -44,8 +44,12 @@ def record(key: str, what: str) -> None:
 
 
 def hold_until_told(key: str, timeout: float = 30) -> None:
-    """Block until the test pushes to ``celery-test:<key>:go``."""
-    client().blpop([f"celery-test:{key}:go"], timeout=timeout)
+    """Block until the test pushes to ``celery-test:<key>:go`` (in short BLPOPs: the store's
+    client gives up reading after its 5 s socket timeout)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if client().blpop([f"celery-test:{key}:go"], timeout=1):
+            return
 
 
 @background

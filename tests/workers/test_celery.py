@@ -454,9 +454,12 @@ def test_a_worker_killed_mid_step_leaves_the_run_to_another_that_finishes_it(
         victim_pids = {pid for _, pid in records(raw, key)}
         rescuers += start_workers(private_redis.url, 1, queue=queue)
         victim.kill()
-        raw.rpush(f"celery-test:{key}:go", "go")  # for the re-run of slow
+        # Told to go once the re-run is in slow: a pool process of the victim still dying
+        # could otherwise take the word.
+        until(lambda: [w for w, _ in records(raw, key)].count("slow") == 2, "the re-run")
+        raw.rpush(f"celery-test:{key}:go", "go")
         done = out.wait(timeout=30)
-        assert done.is_success, done
+        assert done.is_success, (done.exception_class, str(done.error), done.backtrace)
         ran = records(raw, key)
         assert [what for what, _ in ran] == ["first", "slow", "slow", "last"]
         assert ran[2][1] not in victim_pids, "the re-run happened in the killed process?"
@@ -600,7 +603,9 @@ def test_a_woken_execution_goes_ahead_of_new_work_queued_before_it(
         first.stop()  # nobody serves the queue now: the jobs below wait in it
         fresh = [r.Three.run(key=f"{key}-new-{i}", n=i) for i in range(5)]
         held.release()  # the woken run's job is queued behind the five new ones
-        time.sleep(1.0)  # a module worker's dispatcher sends it meanwhile
+        # A module worker's dispatcher sends it: it lands in the queue's list of priority 0
+        # (the new ones wait in the list of priority 6).
+        until(lambda: raw.llen(queue) == 1, "the woken run's job is queued")
         second = Worker(private_redis.url, queue, concurrency=1)  # one job at a time
         second.wait_ready()
         try:
