@@ -1,10 +1,11 @@
 """The thread worker: background executions on a thread pool of the dispatching process.
 
 One dispatcher thread blocks on the ready list (a dispatch, or the release of a key an
-execution parked on, pushes to it) and hands ids to the pool; about once a second it also runs
-the recovery pass (what is due by its timer, what a dead runner's lapsed lease left) and renews
-the leases of the executions this process runs. State lives in the store, so another process
-with the same store picks up what this one leaves behind.
+execution parked on, pushes to it) and hands ids to the pool; about twice a second it also runs
+the recovery pass (what is due by its timer, what a dead runner's lapsed lease left). The
+leases of the executions this process runs are renewed by ``workers.leases``, as in a Celery
+worker. State lives in the store, so another process with the same store picks up what this
+one leaves behind.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from py_reactor.config import get_config
 from py_reactor.errors import StoreUnavailableError
+from py_reactor.workers import leases
 from py_reactor.workers.dispatch import _executions, recovery_pass, run_execution, worker_name
 
 __all__ = ["ThreadWorker"]
@@ -35,7 +36,6 @@ class ThreadWorker:
         self.threads = threads
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="py_reactor-worker")
         self._queued: set[str] = set()  # ids submitted and not finished: never twice at once
-        self._running: dict[str, int] = {}  # id -> epoch, for lease renewal
         self._guard = threading.Lock()
         self._stopped = threading.Event()
         self._pid = os.getpid()
@@ -76,19 +76,12 @@ class ThreadWorker:
 
     def _run(self, execution_id: str) -> None:
         try:
-            run_execution(execution_id, self.name, on_claim=self._claimed)
+            run_execution(execution_id, self.name, on_claim=leases.track)
         except Exception:
             logger.exception("py_reactor: running execution %s failed", execution_id)
         finally:
             with self._guard:
                 self._queued.discard(execution_id)
-
-    def _claimed(self, execution_id: str, epoch: int | None) -> None:
-        with self._guard:
-            if epoch is None:
-                self._running.pop(execution_id, None)
-            else:
-                self._running[execution_id] = epoch
 
     def _loop(self) -> None:
         last = 0.0
@@ -103,7 +96,6 @@ class ThreadWorker:
                 if now - last >= SWEEP_EVERY:
                     last = now
                     self.sweep()
-                    self._renew(executions)
                 if down:
                     down = False
                     logger.warning("py_reactor: the store is reachable again; dispatching")
@@ -119,10 +111,3 @@ class ThreadWorker:
                     return
                 logger.exception("py_reactor: the thread worker's dispatcher hit an error")
                 time.sleep(SWEEP_EVERY)
-
-    def _renew(self, executions: object) -> None:
-        lease = get_config().execution_lease
-        with self._guard:
-            running = list(self._running.items())
-        for execution_id, epoch in running:
-            executions.renew(execution_id, epoch, lease)  # type: ignore[attr-defined]
