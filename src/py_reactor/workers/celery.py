@@ -23,15 +23,15 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import time
 from typing import Any
 
 from celery import Celery, bootsteps
 
 from py_reactor.config import configure, get_config
-from py_reactor.errors import DispatchError, StoreUnavailableError
+from py_reactor.errors import DispatchError
 from py_reactor.workers import leases
 from py_reactor.workers.dispatch import _executions, recovery_pass, run_execution, worker_name
+from py_reactor.workers.loop import serve
 
 __all__ = ["TASK", "Dispatcher", "app", "check_can_send", "install", "run_job", "send"]
 
@@ -39,9 +39,6 @@ logger = logging.getLogger("py_reactor")
 
 #: The name of the one task py_reactor registers.
 TASK = "py_reactor.run"
-
-#: Seconds between recovery passes (and the longest the dispatcher blocks on the ready list).
-SWEEP_EVERY = 0.5
 
 #: The Celery priority of a new execution's first job. Jobs of executions already under way
 #: (woken by a release, due after a park or a retry delay, recovered) go without one, which a
@@ -109,30 +106,7 @@ class Dispatcher:
             send(execution_id, epoch, queue=queue or None)
 
     def _loop(self) -> None:
-        last = 0.0
-        down = False  # the store was unreachable on the last turn (said once, not each turn)
-        while not self._stopped.is_set():
-            try:
-                ready = _executions().next_ready(SWEEP_EVERY)
-                if ready is not None:
-                    self.send_due([ready])
-                now = time.monotonic()
-                if now - last >= SWEEP_EVERY:
-                    last = now
-                    self.sweep()
-                if down:
-                    down = False
-                    logger.warning("py_reactor: the store is reachable again; dispatching")
-            except StoreUnavailableError as exc:
-                if not down:
-                    down = True
-                    logger.warning("py_reactor: the Celery dispatcher waits for the store: %s", exc)
-                time.sleep(SWEEP_EVERY)
-            except Exception:
-                if self._stopped.is_set():
-                    return
-                logger.exception("py_reactor: the Celery dispatcher hit an error")
-                time.sleep(SWEEP_EVERY)
+        serve(self._stopped, lambda ready: self.send_due([ready]), self.sweep, "the dispatcher")
 
 
 class DispatcherStep(bootsteps.StartStopStep):  # type: ignore[misc]

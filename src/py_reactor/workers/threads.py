@@ -13,19 +13,15 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 
-from py_reactor.errors import StoreUnavailableError
 from py_reactor.workers import leases
 from py_reactor.workers.dispatch import _executions, recovery_pass, run_execution, worker_name
+from py_reactor.workers.loop import serve
 
 __all__ = ["ThreadWorker"]
 
 logger = logging.getLogger("py_reactor")
-
-#: Seconds between recovery passes (and the longest a dispatcher blocks on the ready list).
-SWEEP_EVERY = 0.5
 
 
 class ThreadWorker:
@@ -84,30 +80,4 @@ class ThreadWorker:
                 self._queued.discard(execution_id)
 
     def _loop(self) -> None:
-        last = 0.0
-        down = False  # the store was unreachable on the last turn (said once, not each turn)
-        while not self._stopped.is_set():
-            try:
-                executions = _executions()  # the configured store: it may change (tests)
-                ready = executions.next_ready(SWEEP_EVERY)
-                if ready is not None:
-                    self.submit(ready)
-                now = time.monotonic()
-                if now - last >= SWEEP_EVERY:
-                    last = now
-                    self.sweep()
-                if down:
-                    down = False
-                    logger.warning("py_reactor: the store is reachable again; dispatching")
-            except StoreUnavailableError as exc:
-                if self._stopped.is_set():
-                    return
-                if not down:
-                    down = True
-                    logger.warning("py_reactor: the thread worker waits for the store: %s", exc)
-                time.sleep(SWEEP_EVERY)
-            except Exception:
-                if self._stopped.is_set():
-                    return
-                logger.exception("py_reactor: the thread worker's dispatcher hit an error")
-                time.sleep(SWEEP_EVERY)
+        serve(self._stopped, self.submit, self.sweep, "the thread worker")
