@@ -28,7 +28,7 @@ from typing import Any
 from py_reactor.config import get_config
 from py_reactor.dsl.reactor import Reactor
 from py_reactor.dsl.registry import class_path, lookup
-from py_reactor.engine._run import StaleExecution, WorkerMode
+from py_reactor.engine._run import StaleExecution, WorkerMode, describe_exception
 from py_reactor.engine.context import Context, Status, running
 from py_reactor.engine.executor import execute
 from py_reactor.engine.results import DispatchedResult, FailureResult, Outcome, ParkedResult
@@ -103,15 +103,7 @@ def background_run(cls: type[Reactor], inputs: Mapping[str, Any], handoff: str) 
         try:
             dispatch(cls, context)
         except ReactorError as exc:  # nothing was enqueued; what it holds lapses by its ttl
-            context.status = Status.FAILED
-            return FailureResult(
-                context,
-                error=exc,
-                step_name=None,
-                reactor_name=cls.__py_reactor_name__,
-                exception_class=f"{type(exc).__module__}.{type(exc).__qualname__}",
-                inputs=context.inputs,
-            )
+            return _run_failure(context, exc, cls.__py_reactor_name__, inputs=context.inputs)
     return outcome
 
 
@@ -253,14 +245,7 @@ def run_execution(
         _settle(executions, execution_id, epoch, context, _aborted(cls, context, exc))
         raise
     except SerializationError as exc:
-        outcome = FailureResult(
-            context,
-            error=exc,
-            step_name=None,
-            reactor_name=cls.__py_reactor_name__,
-            exception_class=f"{type(exc).__module__}.{type(exc).__qualname__}",
-        )
-        context.status = Status.FAILED
+        outcome = _run_failure(context, exc, cls.__py_reactor_name__)
     finally:
         if on_claim is not None:
             on_claim(execution_id, None)
@@ -275,11 +260,7 @@ def _settle(
         text = dumps_context(context)
     except SerializationError as exc:
         text = dumps_context(Context(reactor=context.reactor, inputs={}, execution_id=execution_id))
-        outcome = FailureResult(
-            context, error=exc, step_name=None, reactor_name=context.reactor,
-            exception_class="py_reactor.errors.SerializationError",
-        )  # fmt: skip
-        context.status = Status.FAILED
+        outcome = _run_failure(context, exc, context.reactor)
     if isinstance(outcome, ParkedResult):
         stop = outcome.parked
         waiting_on = {
@@ -304,14 +285,29 @@ def _settle(
 
 def _aborted(cls: type[Reactor], context: Context, exc: BaseException) -> FailureResult:
     """The outcome stored for a run interrupted in a worker (no rollback ran: undo it later)."""
-    context.status = Status.ABORTED
+    return _run_failure(
+        context, exc, cls.__py_reactor_name__, inputs=context.inputs, status=Status.ABORTED
+    )
+
+
+def _run_failure(
+    context: Context,
+    exc: BaseException,
+    reactor_name: str,
+    *,
+    inputs: dict[str, Any] | None = None,
+    status: Status = Status.FAILED,
+) -> FailureResult:
+    """The outcome of a run that failed (or was cut off) outside any step, ``context`` marked
+    ``status``; the exception is named as a run in place names it."""
+    context.status = status
     return FailureResult(
         context,
         error=exc,
         step_name=None,
-        reactor_name=cls.__py_reactor_name__,
-        exception_class=type(exc).__qualname__,
-        inputs=context.inputs,
+        reactor_name=reactor_name,
+        exception_class=describe_exception(exc)[0],
+        inputs=inputs,
     )
 
 
@@ -359,9 +355,7 @@ def _unreadable(
     outcome = {
         "status": "failed",
         "error": message,
-        "exception_class": f"{type(exc).__module__}.{type(exc).__qualname__}"
-        if type(exc).__module__ != "builtins"
-        else type(exc).__qualname__,
+        "exception_class": describe_exception(exc)[0],
         "step_name": None,
         "reactor_name": stored.reactor.rpartition(":")[2],
     }
