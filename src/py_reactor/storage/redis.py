@@ -122,19 +122,10 @@ class RedisStore:
         self, key: str, owner: str, ttl_ms: int, *, waiter: WaitTicket | None = None
     ) -> LockReply:
         k = keys.lock(key)
-        if waiter is None:  # will not wait: no queue member, no wake list
-            reply = self.run_script("lock_acquire", (k.hold, k.queue), (owner, ttl_ms))
-        elif not waiter.queued:  # takes a free lock, or queues the member
-            reply = self.run_script(
-                "lock_acquire", (k.hold, k.queue), (owner, ttl_ms, _member(waiter))
-            )
-        else:  # queued since: the wake list may hold a handoff
-            reply = self.run_script(
-                "lock_acquire",
-                (k.hold, k.queue, k.wake + waiter.waiter),
-                (owner, ttl_ms, _member(waiter)),
-            )
-        held, count, token = reply
+        more_keys, more_args = _waiting(waiter, k.wake)
+        held, count, token = self.run_script(
+            "lock_acquire", (k.hold, k.queue, *more_keys), (owner, ttl_ms, *more_args)
+        )
         # {1, count, token} when held, {0, the holder's ms left, 0} when busy
         return LockReply(True, count, token) if held else LockReply(False, 0, 0, count)
 
@@ -159,20 +150,12 @@ class RedisStore:
         self, key: str, owner: str, limit: int, lease_ms: int, *, waiter: WaitTicket | None = None
     ) -> LockReply:
         k = keys.semaphore(key)
-        args: tuple[str | int, ...] = (owner, limit, lease_ms)
-        if waiter is None:  # will not wait: no queue member, no wake list
-            reply = self.run_script("semaphore_acquire", (k.holders, k.counts, k.queue), args)
-        elif not waiter.queued:  # takes a free slot, or queues the member
-            reply = self.run_script(
-                "semaphore_acquire", (k.holders, k.counts, k.queue), (*args, _member(waiter))
-            )
-        else:  # queued since: the wake list may hold a handoff
-            reply = self.run_script(
-                "semaphore_acquire",
-                (k.holders, k.counts, k.queue, k.wake + waiter.waiter),
-                (*args, _member(waiter)),
-            )
-        held, count, _ = reply
+        more_keys, more_args = _waiting(waiter, k.wake)
+        held, count, _ = self.run_script(
+            "semaphore_acquire",
+            (k.holders, k.counts, k.queue, *more_keys),
+            (owner, limit, lease_ms, *more_args),
+        )
         # {1, count, 0} when held, {0, ms until the soonest lease lapses, 0} when all are taken
         return LockReply(True, count, 0) if held else LockReply(False, 0, 0, count)
 
@@ -386,6 +369,20 @@ class RedisStore:
 
     def __repr__(self) -> str:
         return f"<RedisStore {self.description}>"
+
+
+_Extra = tuple[tuple[str, ...], tuple[str, ...]]  # (more KEYS, more ARGV)
+_NOT_WAITING: _Extra = ((), ())
+
+
+def _waiting(waiter: WaitTicket | None, wake_prefix: str) -> _Extra:
+    """What an acquire that may wait adds to its script call: its queue member (ARGV), and,
+    once it has been queued, its wake list (KEYS), which a release may have handed it the key
+    on. A caller that will not wait adds nothing."""
+    if waiter is None:
+        return _NOT_WAITING
+    more_keys = (wake_prefix + waiter.waiter,) if waiter.queued else ()
+    return more_keys, (_member(waiter),)
 
 
 def _member(ticket: WaitTicket) -> str:
