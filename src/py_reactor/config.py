@@ -44,6 +44,10 @@ class Config:
             on wakes it at once: this timer is only the backstop).
         execution_lease: seconds a running execution's liveness lease lasts; its worker renews
             it, and the recovery loop re-dispatches an execution whose lease lapsed.
+        async_wait_timeout: seconds a reader of an async unit's result waits for it in the
+            caller before its step fails (``AsyncUnitTimeoutError``).
+        async_park_timeout: seconds a reader in a worker may stay parked waiting for an async
+            unit, in all, before its step fails.
     """
 
     middleware: tuple[Middleware, ...] = ()
@@ -59,6 +63,8 @@ class Config:
     park_delay: float = 5.0
     park_jitter: float = 5.0
     execution_lease: float = 30.0
+    async_wait_timeout: float = 30.0
+    async_park_timeout: float = 3600.0
 
     def __repr__(self) -> str:
         """The settings, with the password of ``redis_url`` masked."""
@@ -73,7 +79,9 @@ class Config:
             f"worker={self.worker!r}, worker_threads={self.worker_threads}, "
             f"celery_queue={self.celery_queue!r}, "
             f"park_max_attempts={self.park_max_attempts}, park_delay={self.park_delay}, "
-            f"park_jitter={self.park_jitter}, execution_lease={self.execution_lease})"
+            f"park_jitter={self.park_jitter}, execution_lease={self.execution_lease}, "
+            f"async_wait_timeout={self.async_wait_timeout}, "
+            f"async_park_timeout={self.async_park_timeout})"
         )
 
 
@@ -94,6 +102,8 @@ def configure(
     park_delay: float | None = None,
     park_jitter: float | None = None,
     execution_lease: float | None = None,
+    async_wait_timeout: float | None = None,
+    async_park_timeout: float | None = None,
 ) -> Config:
     """Change settings; options left out keep their value. Returns the new settings.
 
@@ -115,6 +125,10 @@ def configure(
             (default 5; the release of the key it waits on wakes it sooner).
         park_jitter: up to this many seconds are added to ``park_delay`` (default 5).
         execution_lease: seconds of a running execution's liveness lease (default 30).
+        async_wait_timeout: seconds a step waits, in the caller, for an async unit whose
+            result it reads (default 30); then it fails.
+        async_park_timeout: seconds a step in a worker may stay parked, in all, waiting for an
+            async unit whose result it reads (default 3600); then it fails.
 
     Raises:
         TypeError: an option has the wrong type (the message names the option).
@@ -157,6 +171,8 @@ def configure(
         ("park_delay", park_delay, 0),
         ("park_jitter", park_jitter, 0),
         ("execution_lease", execution_lease, 0.001),
+        ("async_wait_timeout", async_wait_timeout, 0),
+        ("async_park_timeout", async_park_timeout, 0),
     ):
         if value is None:
             continue

@@ -8,12 +8,14 @@ Every error the library raises or reports derives from :class:`ReactorError`::
     ├── ArgumentResolutionError  a step argument could not be taken from its source at run time
     ├── SerializationError       a context could not be written to / read from JSON
     ├── DispatchError            a background execution could not be handed to its worker
+    ├── AsyncUnitTimeoutError    a reader of an async unit's result gave up waiting for it
     └── CoordinationError        a lock, semaphore, rate limit, period or ordered lock said no
         ├── LockAcquisitionError       the lock stayed held by another owner for ``wait`` seconds
         ├── SemaphoreAcquisitionError  every slot stayed taken for ``wait`` seconds
         ├── RateLimitExceededError     a window is full; ``retry_after`` says for how long
         ├── OrderedLockWaitError       this position's turn did not come within ``wait``
         ├── CoordinationKeyError       a key function raised or returned None / an empty key
+        ├── HandoffRefusedError        an async unit wants a key its dispatcher holds (deadlock)
         └── StoreUnavailableError      the coordination store (Redis) could not be reached
 
 Errors carry where they happened as attributes (``reactor``, ``step``) so that handlers need not
@@ -27,10 +29,12 @@ from typing import Any
 
 __all__ = [
     "ArgumentResolutionError",
+    "AsyncUnitTimeoutError",
     "CoordinationError",
     "CoordinationKeyError",
     "DefinitionError",
     "DispatchError",
+    "HandoffRefusedError",
     "InputValidationError",
     "LockAcquisitionError",
     "OrderedLockWaitError",
@@ -96,6 +100,27 @@ class DispatchError(ReactorError):
     or the reactor cannot run there (defined in a ``__main__`` script)."""
 
 
+class AsyncUnitTimeoutError(ReactorError):
+    """A step (or the reactor's ``returns``) read the result of an async unit that did not end
+    in time: ``async_wait_timeout`` in the caller, ``async_park_timeout`` in a worker.
+
+    ``unit`` names the async step, ``execution_id`` the unit's own execution (``find()`` it).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        unit: str = "",
+        execution_id: str = "",
+        reactor: str | None = None,
+        step: str | None = None,
+    ):
+        super().__init__(message, reactor=reactor, step=step)
+        self.unit = unit
+        self.execution_id = execution_id
+
+
 class CoordinationError(ReactorError):
     """A coordination primitive refused: contention, a bad key, or an unreachable store.
 
@@ -148,6 +173,29 @@ class OrderedLockWaitError(CoordinationError):
 
 class CoordinationKeyError(CoordinationError):
     """A key function raised, or returned None or an empty key; nothing was taken."""
+
+
+class HandoffRefusedError(CoordinationError):
+    """Dispatch of an async unit was refused before anything was enqueued: the unit declares an
+    exclusive lock (or a limit-1 semaphore) on a key its own execution holds. The unit would run
+    under an owner of its own, wait for that key, and the execution would wait for the unit.
+
+    ``holder`` names who in the execution holds the key (``"reactor Checkout"``, ``"step
+    'reserve' of Checkout"``).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        primitive: str | None = None,
+        key: str | None = None,
+        holder: str = "",
+        reactor: str | None = None,
+        step: str | None = None,
+    ):
+        super().__init__(message, primitive=primitive, key=key, reactor=reactor, step=step)
+        self.holder = holder
 
 
 class StoreUnavailableError(CoordinationError):

@@ -14,6 +14,7 @@ from py_reactor.dsl.retries import RetryPolicy, retries
 from py_reactor.dsl.signals import Failure, Halt, Signal, Skipped, Success
 from py_reactor.dsl.sources import Input, Result, Source, Value
 from py_reactor.dsl.step import Step, step
+from py_reactor.dsl.units import async_reactor, async_step
 
 __all__ = [
     "Failure",
@@ -31,6 +32,8 @@ __all__ = [
     "StepPlan",
     "Success",
     "Value",
+    "async_reactor",
+    "async_step",
     "compose",
     "retries",
     "step",

@@ -107,8 +107,10 @@ def with_lock(
         ttl: seconds a hold lives without extension; extended every ``ttl / 3`` while running.
         wait: seconds to wait for a busy lock before the run fails with LockAcquisitionError.
         auto_extend: keep extending the hold while the run lasts.
-        rollback_wait: steps only: seconds the step's ``compensate``/``undo`` waits to re-take
-            the lock (default: ``ttl``); if it cannot, the rollback failure is reported.
+        rollback_wait: seconds a step's ``compensate``/``undo`` waits to re-take the lock
+            (default: ``ttl``); if it cannot, the rollback failure is reported. On a reactor:
+            how long its undo waits when a parent that composed it rolls it back (a reactor
+            keeps its holds through its own rollback).
     """
     _check_key("with_lock", key)
     return _declarer(
@@ -135,8 +137,9 @@ def with_semaphore(
         limit: concurrent runs allowed (>= 1).
         wait: seconds to wait for a slot before the run fails with SemaphoreAcquisitionError.
         lease: seconds a slot lives without renewal (renewed while the run lasts).
-        rollback_wait: steps only: seconds the step's ``compensate``/``undo`` waits to re-take
-            a slot (default: ``lease``); if it cannot, the rollback failure is reported.
+        rollback_wait: seconds a step's ``compensate``/``undo`` waits to re-take a slot
+            (default: ``lease``); if it cannot, the rollback failure is reported. On a reactor:
+            how long its undo waits when a parent that composed it rolls it back.
     """
     _check_key("with_semaphore", key)
     return _declarer(
@@ -350,12 +353,6 @@ def _apply(name: str, decl: Declaration, target: Any) -> Any:
     if isinstance(target, type) and issubclass(target, Reactor | Step):
         where = _label(target)
         if issubclass(target, Reactor):
-            if getattr(decl, "rollback_wait", None) is not None:
-                raise DefinitionError(
-                    f"{name}(rollback_wait=...) on reactor {where}: rollback_wait is "
-                    "for steps; a reactor keeps its holds through its own rollback",
-                    reactor=where,
-                )
             receives, at = "the reactor's inputs", {"reactor": where}
         else:
             receives, at = "the step's inputs", {"step": where}

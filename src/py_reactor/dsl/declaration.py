@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import enum
 import inspect
 from collections.abc import Callable, Mapping
@@ -93,6 +94,8 @@ class StepDeclaration:
         self.compensate_hook: Hook | None = None
         self.undo_hook: Hook | None = None
         self.name: str | None = None
+        #: An async unit (``async_step`` / ``async_reactor``): dispatched as its own execution.
+        self.asynchronous = False
         if kind is StepKind.INLINE:
             carrier = target if declared_on is None else declared_on
             inherited = getattr(carrier, RETRY_ATTRIBUTE, None)
@@ -105,6 +108,16 @@ class StepDeclaration:
     def __set_name__(self, owner: type, name: str) -> None:
         if self.name is None:
             self.name = name
+
+    def rewired(self, wiring: Mapping[str, Source]) -> StepDeclaration:
+        """A synchronous copy of this step (same target, hooks, retries and coordination)
+        wired as ``wiring``, with nothing to wait for: how an async unit runs in its own job."""
+        twin = copy.copy(self)
+        twin.__dict__ = dict(self.__dict__)
+        twin.wiring = MappingProxyType(dict(wiring))
+        twin.wait_for = ()
+        twin.asynchronous = False
+        return twin
 
     # -- what the engine reads -------------------------------------------------------------
 
@@ -282,7 +295,8 @@ class StepDeclaration:
 
     def __repr__(self) -> str:
         what = getattr(self.target, "__qualname__", repr(self.target))
-        return f"<StepDeclaration {self.label!r} {self.kind.value}={what}>"
+        unit = " async" if self.asynchronous else ""
+        return f"<StepDeclaration {self.label!r}{unit} {self.kind.value}={what}>"
 
 
 class HookHandle:

@@ -43,6 +43,8 @@ class StepPlan:
     declaration: StepDeclaration
     arguments: tuple[tuple[str, Source], ...]
     depends_on: tuple[str, ...]
+    #: the async units among ``depends_on``: the step waits for each to end before it runs.
+    units: tuple[str, ...] = ()
 
 
 class Reactor:
@@ -59,6 +61,8 @@ class Reactor:
     __py_reactor_contract__: ClassVar[Contract]
     __py_reactor_plan__: ClassVar[Mapping[str, StepPlan]]
     __py_reactor_order__: ClassVar[tuple[str, ...]]
+    #: The reactor each ``async_step`` runs as in its worker, by step name.
+    __py_reactor_units__: ClassVar[Mapping[str, type[Reactor]]] = MappingProxyType({})
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -77,6 +81,10 @@ class Reactor:
                 reactor=cls.__qualname__,
             )
         register(cls)
+        if any(d.asynchronous for d in steps.values()):
+            from py_reactor.dsl.units import build_unit_reactors
+
+            build_unit_reactors(cls)
 
     @classmethod
     def run(cls, /, **inputs: Any) -> Outcome:
@@ -251,7 +259,9 @@ def _plan_step(
                 **at,
             )
         depends_on.append(other)
-    return StepPlan(name, decl, tuple(arguments), tuple(dict.fromkeys(depends_on)))
+    after = tuple(dict.fromkeys(depends_on))
+    units = tuple(other for other in after if steps[other].asynchronous)
+    return StepPlan(name, decl, tuple(arguments), after, units)
 
 
 def _names(names: Mapping[str, Any]) -> str:

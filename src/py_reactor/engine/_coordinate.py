@@ -140,9 +140,10 @@ class StepGate:
 
 
 def rollback_scope(
-    run: Run, step: str, declarations: Mapping[str, Declaration], values: Any
+    run: Run, step: str | None, declarations: Mapping[str, Declaration], values: Any
 ) -> Scope | None:
-    """The scope a step's compensate/undo runs in: its lock and semaphore, same keys.
+    """The scope a step's compensate/undo runs in: its lock and semaphore, same keys (``step``
+    None: a child reactor's own declarations, around the undo of its steps).
 
     Waits are the lock's ttl and the semaphore's lease unless ``rollback_wait`` says otherwise
     (``Declaration.for_rollback``): rollback never parks, it waits and then reports.

@@ -23,7 +23,7 @@ from py_reactor.errors import (
 )
 from py_reactor.observability import events as ev
 
-__all__ = ["CONTENTION", "backstop", "park_or_fail"]
+__all__ = ["CONTENTION", "backstop", "park", "park_or_fail"]
 
 #: The errors that mean "busy now" (not a bad key, not an unreachable store).
 CONTENTION = (
@@ -57,8 +57,31 @@ def park_or_fail(run: Run, step: str | None, exc: CoordinationError) -> Parked |
             exc.args = (exc.message,)
             return None
         root.parks += 1
-    delay = backstop(getattr(exc, "retry_after", None))
-    parked = Parked(path, exc.primitive, exc.key, root.parks, delay)
+    delay = getattr(exc, "retry_after", None)
+    return park(run, path, exc.primitive, exc.key, root.parks, delay, step_level=step is not None)
+
+
+def park(
+    run: Run,
+    path: str | None,
+    primitive: str | None,
+    key: str | None,
+    attempt: int,
+    delay: float | None = None,
+    *,
+    step_level: bool = True,
+) -> Parked:
+    """Park the run at ``path`` (a dotted step path; None: the reactor's own coordination),
+    waiting on ``key`` of ``primitive``: trace it on the root context, tell middleware.
+
+    ``delay``: seconds until the backstop timer dispatches it again (None: the configured
+    ``park_delay`` plus jitter). ``step_level``: a step parked (``StepParked``), not a
+    reactor's own coordination (``ReactorParked``, also for a composed child's).
+    """
+    worker = run.worker
+    root = (worker.root if worker is not None else None) or run.context
+    delay = backstop(delay)
+    parked = Parked(path, primitive, key, attempt, delay)
     moment = time.time() + delay
     started = time.time()
     root.trace.append(
@@ -67,21 +90,14 @@ def park_or_fail(run: Run, step: str | None, exc: CoordinationError) -> Parked |
             "step": path,
             "started_at": started,
             "finished_at": started,
-            "primitive": parked.primitive,
-            "key": parked.key,
-            "attempt": parked.attempt,
+            "primitive": primitive,
+            "key": key,
+            "attempt": attempt,
             "until": moment,
         }
     )
-    event = ev.ReactorParked if path is None or step is None else ev.StepParked
-    run.emit(
-        event,
-        path,
-        primitive=parked.primitive or "",
-        key=parked.key or "",
-        attempt=parked.attempt,
-        until=moment,
-    )
+    event = ev.StepParked if step_level and path is not None else ev.ReactorParked
+    run.emit(event, path, primitive=primitive or "", key=key or "", attempt=attempt, until=moment)
     return parked
 
 

@@ -10,7 +10,7 @@ from py_reactor.dsl.sources import Input, Result
 from py_reactor.engine.context import Context
 from py_reactor.errors import ArgumentResolutionError
 
-__all__ = ["resolve_arguments"]
+__all__ = ["read_source", "resolve_arguments"]
 
 
 def resolve_arguments(plan: StepPlan, context: Context, reactor: str) -> dict[str, Any]:
@@ -21,29 +21,38 @@ def resolve_arguments(plan: StepPlan, context: Context, reactor: str) -> dict[st
     """
     args: dict[str, Any] = {}
     for name, source in plan.arguments:
-        transform = None
         if isinstance(source, Input):
             value = context.inputs[source.name]
-            transform = source.transform
         elif isinstance(source, Result):
             value = context.results[source.step]
-            if source.field is not None:
-                value = _field(value, source.field, source.step, name, plan.name, reactor)
-            transform = source.transform
         else:
-            value = source.value
-        if transform is not None:
-            try:
-                value = transform(value)
-            except Exception as exc:
-                raise ArgumentResolutionError(
-                    f"step {plan.name!r} of {reactor}: the transform of argument {name!r} "
-                    f"raised {type(exc).__name__}: {exc}",
-                    reactor=reactor,
-                    step=plan.name,
-                ) from exc
-        args[name] = value
+            args[name] = source.value
+            continue
+        args[name] = read_source(source, value, name, plan.name, reactor)
     return args
+
+
+def read_source(source: Input | Result, value: Any, arg: str, step: str, reactor: str) -> Any:
+    """What argument ``arg`` of ``step`` receives from ``source``, given the input or result
+    ``value`` it reads: the result's field, if named, then the transform, if any.
+
+    Raises:
+        ArgumentResolutionError: the result has no such field, or the transform raised.
+    """
+    if isinstance(source, Result) and source.field is not None:
+        value = _field(value, source.field, source.step, arg, step, reactor)
+    transform = source.transform
+    if transform is None:
+        return value
+    try:
+        return transform(value)
+    except Exception as exc:
+        raise ArgumentResolutionError(
+            f"step {step!r} of {reactor}: the transform of argument {arg!r} "
+            f"raised {type(exc).__name__}: {exc}",
+            reactor=reactor,
+            step=step,
+        ) from exc
 
 
 def _field(value: Any, field: str, from_step: str, arg: str, step: str, reactor: str) -> Any:

@@ -130,6 +130,7 @@ class StepFailure:
     work_error: Any = None  # set when ``error`` is not the work's own (a refused retry)
     holds: Any = None  # the StepGate whose holds are kept so that compensate runs under them
     held: Mapping[str, str] | None = None  # the keys of that coordination, by primitive
+    child: Any = None  # the failure outcome of the composed child / async unit that failed
 
     def release_holds(self) -> None:
         """Release the coordination the failed step still holds (once; then a no-op)."""

@@ -72,13 +72,14 @@ class _InlineUnit:
 class _ReactorUnit:
     """Runs a composed child reactor inside the parent's execution (same root id)."""
 
-    __slots__ = ("decl", "name", "parent", "values")
+    __slots__ = ("child", "decl", "name", "parent", "values")
 
     def __init__(self, decl: StepDeclaration, name: str, values: dict[str, Any], parent: Run):
         self.decl = decl
         self.name = name
         self.values = values
         self.parent = parent
+        self.child: Any = None  # the child's failure outcome, once it failed
 
     def guard(self) -> Any:
         return None
@@ -106,6 +107,7 @@ class _ReactorUnit:
             return Halt(getattr(outcome, "reason", "halted"))
         for failure in getattr(outcome, "rollback_failures", ()):
             self.parent.rollback_failures.append(nested_failure(self.name, failure))
+        self.child = outcome
         return Failure(outcome.error, retryable=getattr(outcome, "retryable", False))
 
     def compensate(self, error: Any) -> Any:

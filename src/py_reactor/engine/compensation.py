@@ -81,12 +81,39 @@ def undo_completed(run: Run, declarations: Mapping[str, StepDeclaration]) -> Non
 
 
 def _undo_child(run: Run, name: str, decl: StepDeclaration) -> None:
+    """Undo a composed child (or an async reactor that was read): its completed steps, newest
+    first, under the child's own reactor-level lock and semaphore, re-taken as a step's are."""
     child_context = run.context.children.get(name)
     if child_context is None:
         return
     child_cls = decl.target
     child_run = Run(child_cls.__py_reactor_name__, child_context, run.middleware)
-    undo_completed(child_run, {n: p.declaration for n, p in child_cls.__py_reactor_plan__.items()})
+    scope: Scope | None = None
+    if child_context.completed and child_cls.coordination:
+        try:
+            scope = rollback_scope(child_run, None, child_cls.coordination, child_context.inputs)
+            if scope is not None:
+                scope.enter()
+        except CoordinationError as exc:
+            key = exc.key or (None if scope is None else _first_key(scope))
+            message = (
+                f"undo of step {name!r} did not run: the reactor-level "
+                f"{exc.primitive or 'coordination'} of {child_cls.__qualname__} could not be "
+                f"re-taken within its rollback_wait (raise it to wait longer). {exc}"
+            )
+            run.record("undo", name, time.time(), ok=False, reason="coordination_unavailable",
+                       error=message, key=key)  # fmt: skip
+            run.rollback_failures.append(
+                {"step": name, "kind": "undo", "key": key,
+                 "reason": "coordination_unavailable", "message": message}
+            )  # fmt: skip
+            return
+    try:
+        plan = child_cls.__py_reactor_plan__
+        undo_completed(child_run, {n: p.declaration for n, p in plan.items()})
+    finally:
+        if scope is not None:
+            scope.exit(succeeded=True, failed=False)
     run.rollback_failures.extend(nested_failure(name, f) for f in child_run.rollback_failures)
 
 

@@ -15,6 +15,7 @@ from py_reactor.config import get_config
 from py_reactor.coordination.scope import Admission, Scope
 from py_reactor.dsl.reactor import Reactor
 from py_reactor.dsl.registry import class_path
+from py_reactor.engine._async import DEFERRED, await_inputs, await_units, dispatch_unit
 from py_reactor.engine._coordinate import emitter
 from py_reactor.engine._park import park_or_fail
 from py_reactor.engine._run import Parked, Run, StepFailure, WorkerMode, describe_exception
@@ -79,7 +80,17 @@ def execute(
     )
     if context.status is Status.PENDING or worker is None:
         run.emit(ev.ReactorStarted)  # once per execution: not again when a worker resumes it
-    if context.status is Status.PENDING and not validated:
+    if DEFERRED in context.private:  # an async unit whose inputs read other units' results
+        waiting = await_inputs(run)
+        if isinstance(waiting, Parked):
+            return _parked(run, waiting)
+        if isinstance(waiting, StepFailure):
+            return fail(run, waiting)
+        validated = False
+        needs_validation = True  # inputs complete only now: check them before any step
+    else:
+        needs_validation = context.status is Status.PENDING and not validated
+    if needs_validation:
         try:
             context.inputs = cls.__py_reactor_contract__.validate(
                 context.inputs, reactor=run.reactor_name
@@ -168,23 +179,25 @@ def _walk(cls: type[Reactor], run: Run) -> Outcome:
                     rollback(run, {n: p.declaration for n, p in plan.items()}, unstorable)
                     return fail(run, unstorable)
                 return DispatchedResult(context)  # still "running": the worker goes on with it
-            result = run_step(run, plan[name])
-            if isinstance(result, Parked):
-                return _parked(run, result)
-            if isinstance(result, StepFailure):
-                failure = result
-                rollback(run, {n: p.declaration for n, p in plan.items()}, result)
-                return fail(run, result)
-            if isinstance(result, Halted):
-                context.status = Status.HALTED
-                run.emit(ev.ReactorHalted, name, reason=result.reason)
-                return HaltedResult(context, reason=result.reason, step_name=name)
-            if checkpoint is not None:
-                unstorable = _unstorable(run, name, checkpoint)
-                if unstorable is not None:
-                    failure = unstorable
-                    rollback(run, {n: p.declaration for n, p in plan.items()}, unstorable)
-                    return fail(run, unstorable)
+            step_plan = plan[name]
+            if step_plan.declaration.asynchronous:
+                result = dispatch_unit(run, cls, step_plan)
+            else:
+                result = run_step(run, step_plan)
+            ended = _after_step(run, name, result, checkpoint)
+            if ended is not None:
+                break
+        else:
+            ended = None
+            if cls.returns is not None and cls.returns not in context.results:
+                reading = await_units(run, (cls.returns,), None)  # an unread unit's value
+                ended = _after_step(run, cls.returns, reading, None)
+        if isinstance(ended, StepFailure):
+            failure = ended
+            rollback(run, {n: p.declaration for n, p in plan.items()}, ended)
+            return fail(run, ended)
+        if ended is not None:
+            return ended
     except BaseException:
         if failure is not None:
             failure.release_holds()  # interrupted before its rollback released them
@@ -194,6 +207,24 @@ def _walk(cls: type[Reactor], run: Run) -> Outcome:
     value = context.results.get(cls.returns) if cls.returns is not None else None
     run.emit(ev.ReactorCompleted, value=value)
     return SuccessResult(context, value)
+
+
+def _after_step(
+    run: Run, name: str, result: object, checkpoint: Callable[[Context], None] | None
+) -> Outcome | StepFailure | None:
+    """What the walk does after step ``name`` answered ``result``: None to go on; an outcome to
+    end the run with (parked, halted); a failure to roll back for."""
+    if isinstance(result, Parked):
+        return _parked(run, result)
+    if isinstance(result, StepFailure):
+        return result
+    if isinstance(result, Halted):
+        run.context.status = Status.HALTED
+        run.emit(ev.ReactorHalted, name, reason=result.reason)
+        return HaltedResult(run.context, reason=result.reason, step_name=name)
+    if checkpoint is not None:  # a dispatched unit too: its id is stored before going on
+        return _unstorable(run, name, checkpoint)
+    return None
 
 
 def _unstorable(
@@ -243,4 +274,5 @@ def failure_result(run: Run, failure: StepFailure) -> FailureResult:
         validation_errors=failure.validation_errors,
         backtrace=backtrace,
         attempts=failure.attempts,
+        child=failure.child,
     )

@@ -181,12 +181,16 @@ class FailureResult(Outcome):
         validation_errors: per-field errors when inputs were invalid, else an empty list.
         backtrace: the formatted traceback of the exception (bounded), or None.
         attempts: how many attempts the failing step made.
+        child: when the failing step is a composed child reactor or an async unit, that
+            run's own failure outcome (``child.step_name`` is the inner step that failed);
+            else None.
     """
 
     __slots__ = (
         "_error",
         "attempts",
         "backtrace",
+        "child",
         "exception_class",
         "inputs",
         "reactor_name",
@@ -214,6 +218,7 @@ class FailureResult(Outcome):
         validation_errors: list[dict[str, Any]] | None = None,
         backtrace: str | None = None,
         attempts: int = 0,
+        child: FailureResult | None = None,
     ) -> None:
         super().__init__(context)
         self._error = error
@@ -227,6 +232,7 @@ class FailureResult(Outcome):
         self.validation_errors = list(validation_errors or [])
         self.backtrace = backtrace
         self.attempts = attempts
+        self.child = child
 
     @property
     def error(self) -> Any:

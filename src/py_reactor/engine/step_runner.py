@@ -18,15 +18,26 @@ from py_reactor.dsl.declaration import StepDeclaration
 from py_reactor.dsl.reactor import StepPlan
 from py_reactor.dsl.retries import RetryPolicy
 from py_reactor.dsl.signals import Failure, Halt, Skipped, Success
+from py_reactor.engine._async import await_units
 from py_reactor.engine._coordinate import StepGate
 from py_reactor.engine._park import park_or_fail
 from py_reactor.engine._resolve import resolve_arguments
 from py_reactor.engine._run import Parked, Run, StepFailure
 from py_reactor.engine._units import defines, make_unit
+from py_reactor.engine.results import FailureResult, HaltedResult, SuccessResult
 from py_reactor.errors import ArgumentResolutionError, CoordinationError, InputValidationError
 from py_reactor.observability import events as ev
 
-__all__ = ["Completed", "Halted", "SkippedStep", "StepResult", "run_resolved", "run_step"]
+__all__ = [
+    "Completed",
+    "Halted",
+    "SkippedStep",
+    "StepResult",
+    "contended",
+    "refused",
+    "run_resolved",
+    "run_step",
+]
 
 _sleep = time.sleep  # module-level so tests can swap in a fake clock
 
@@ -59,12 +70,16 @@ StepResult = Completed | SkippedStep | Halted | StepFailure | Parked
 
 
 def run_step(run: Run, plan: StepPlan) -> StepResult:
-    """Resolve ``plan``'s arguments from the context, then run the step."""
+    """Wait for the async units the step reads, resolve its arguments, then run the step."""
+    if plan.units:
+        waiting = await_units(run, plan.units, plan.name)
+        if waiting is not None:
+            return waiting  # type: ignore[no-any-return]
     started = time.time()
     try:
         args = resolve_arguments(plan, run.context, run.reactor_name)
     except ArgumentResolutionError as exc:
-        return _refused(run, plan.name, exc, None, started)
+        return refused(run, plan.name, exc, None, started)
     return run_resolved(run, plan.name, plan.declaration, args, started=started)
 
 
@@ -87,7 +102,7 @@ def run_resolved(
     try:
         values = decl.contract.validate(args, reactor=run.reactor_name, step=name)
     except InputValidationError as exc:
-        return _refused(run, name, exc, args, started, validation_errors=exc.errors)
+        return refused(run, name, exc, args, started, validation_errors=exc.errors)
     unit = make_unit(decl, name, values, run)
 
     if defines(decl, "guard"):
@@ -102,7 +117,7 @@ def run_resolved(
     try:
         gate = StepGate(run, name, declared, values)
     except CoordinationError as exc:  # a key function failed: nothing was taken
-        return _contended(run, name, values, exc, 0, started, unit, None)
+        return contended(run, name, values, exc, 0, started, unit, None)
     where = {"coordination": dict(gate.keys)}
     try:
         admission = gate.open()
@@ -110,7 +125,7 @@ def run_resolved(
         parked = park_or_fail(run, name, exc)
         if parked is not None:
             return parked
-        return _contended(run, name, values, exc, 0, started, unit, None, where)
+        return contended(run, name, values, exc, 0, started, unit, None, where)
     result: StepResult | None = None
     try:
         if admission is not Admission.PROCEED:
@@ -156,7 +171,7 @@ def _attempts(
                 if parked is not None:
                     run.context.attempts[name] = attempt - 1  # a park is not an attempt
                     return parked
-                return _contended(run, name, values, exc, attempt - 1, started, unit, last, where)
+                return contended(run, name, values, exc, attempt - 1, started, unit, last, where)
             if admission is not Admission.PROCEED:
                 gate.exit(succeeded=False)  # the period re-check said no after lock/semaphore
                 return _skip(run, name, values, Skipped(reason=admission.value), started, where)
@@ -216,6 +231,7 @@ def _attempts(
             unit=unit,
             holds=gate,
             held=None if gate is None else gate.keys,
+            child=getattr(unit, "child", None),
         )
 
 
@@ -233,7 +249,7 @@ def _work(unit: Any) -> Success | Failure | Halt | Skipped | Parked:
         return Failure(exc)
 
 
-def _contended(
+def contended(
     run: Run,
     name: str,
     values: dict[str, Any],
@@ -278,8 +294,17 @@ def _contended(
 
 
 def _as_signal(raw: Any) -> Success | Failure | Halt | Skipped | Parked:
+    """What a body's return value means. The outcome of a nested ``invoke`` or ``run`` counts
+    as that outcome: ``return Other.invoke(...)`` fails this step if the invocation failed
+    (a contention there included: an ordinary failure of this step, never a park)."""
     if isinstance(raw, Success | Failure | Halt | Skipped | Parked):
         return raw
+    if isinstance(raw, FailureResult):
+        return Failure(raw.error, retryable=raw.retryable)
+    if isinstance(raw, HaltedResult):
+        return Halt(raw.reason)
+    if isinstance(raw, SuccessResult):
+        return Success(raw.value)
     return Success(raw)
 
 
@@ -363,7 +388,7 @@ def _halt(run: Run, name: str, reason: str, started: float) -> Halted:
     return Halted(reason)
 
 
-def _refused(
+def refused(
     run: Run,
     name: str,
     exc: Exception,

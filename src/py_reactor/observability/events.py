@@ -38,6 +38,7 @@ __all__ = [
     "UndoCompleted",
     "UndoFailed",
     "UndoStarted",
+    "UnitDispatched",
 ]
 
 
@@ -268,6 +269,15 @@ class ExecutionRecovered(Event):
     name: ClassVar[str] = "execution.recovered"
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UnitDispatched(Event):
+    """An async unit (``step``) was handed to a worker as an execution of its own,
+    ``unit_execution_id``; the run goes on without waiting for it."""
+
+    name: ClassVar[str] = "unit.dispatched"
+    unit_execution_id: str = ""
+
+
 ALL_EVENTS: tuple[type[Event], ...] = (
     ReactorStarted,
     ReactorCompleted,
@@ -295,4 +305,5 @@ ALL_EVENTS: tuple[type[Event], ...] = (
     StepParked,
     ReactorParked,
     ExecutionRecovered,
+    UnitDispatched,
 )

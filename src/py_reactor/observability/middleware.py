@@ -98,6 +98,9 @@ class Middleware:
     def on_execution_recovered(self, event: ev.ExecutionRecovered) -> None:
         """A dead runner's execution was made due again by the recovery loop."""
 
+    def on_unit_dispatched(self, event: ev.UnitDispatched) -> None:
+        """An async unit was handed to a worker as an execution of its own."""
+
 
 #: Which Middleware method receives which event class.
 HOOKS: dict[type[ev.Event], str] = {
@@ -127,6 +130,7 @@ HOOKS: dict[type[ev.Event], str] = {
     ev.StepParked: "on_step_parked",
     ev.ReactorParked: "on_reactor_parked",
     ev.ExecutionRecovered: "on_execution_recovered",
+    ev.UnitDispatched: "on_unit_dispatched",
 }
 
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from py_reactor.storage import keys
+from py_reactor.storage import keys as keys_
 from py_reactor.storage.redis import RedisStore
 
 __all__ = ["ExecutionStore", "StoredExecution"]
@@ -159,6 +160,7 @@ class ExecutionStore:
         due_in: float | None = None,
         parked_on: str | None = None,
         park: bool = False,
+        awaiting: str | None = None,
     ) -> bool:
         """Write progress if ``epoch`` is still the record's; False (nothing written) if not.
 
@@ -168,8 +170,20 @@ class ExecutionStore:
             due_in: parked (or waiting for a retry): seconds until the timer dispatches it.
             parked_on: the parked list of the key it waits on, woken by that key's release.
             park: count one more park.
+            awaiting: parked waiting for that execution to end (a reader of an async unit):
+                due at once if it has ended already.
+
+        A terminal ``status`` wakes the executions parked waiting for this one to end.
         """
-        keys = (record_key(execution_id), LEASES_KEY, DUE_KEY, parked_on or "")
+        keys = (
+            record_key(execution_id),
+            LEASES_KEY,
+            DUE_KEY,
+            parked_on or "",
+            keys_.parked(keys_.AWAITED, execution_id),
+            READY_KEY,
+            "" if awaiting is None else record_key(awaiting),
+        )
         args = (
             execution_id,
             epoch,

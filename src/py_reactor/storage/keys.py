@@ -35,6 +35,7 @@ Execution records (``storage.executions``) and the parked set are global, not pe
     py_reactor:exec:leases zset   id -> lease end (server ms)
     py_reactor:exec:due    zset   id -> due (server ms)
     py_reactor:exec:ready  list   ids made due now; dispatchers block on it
+    py_reactor:async_unit:{<id>}:parked  list  readers parked until execution <id> ends
 
 A release that wakes parked executions writes the due set and the ready list besides the key's
 own slot, so parking does not run on Redis Cluster until the due set is sharded.
@@ -46,6 +47,7 @@ from functools import lru_cache
 from typing import NamedTuple
 
 __all__ = [
+    "AWAITED",
     "DUE",
     "INDEX",
     "LEASES",
@@ -76,6 +78,9 @@ NAMESPACE = "py_reactor"
 #: Parked executions by the time they are due (server ms), and the list dispatchers block on.
 DUE = f"{NAMESPACE}:exec:due"
 READY = f"{NAMESPACE}:exec:ready"
+#: The "primitive" a reader of an async unit parks on; the key is the unit's execution id, and
+#: that execution's end wakes its parked list.
+AWAITED = "async_unit"
 #: Every stored execution by creation time, and running executions by lease end.
 INDEX = f"{NAMESPACE}:exec:index"
 LEASES = f"{NAMESPACE}:exec:leases"

@@ -11,7 +11,11 @@ from __future__ import annotations
 
 import threading
 
+from py_reactor.engine.handoff import install as _install_units
 from py_reactor.workers.execution import TERMINAL, Execution, find, wait
+from py_reactor.workers.units import StoreUnits
+
+_install_units(StoreUnits())  # the engine dispatches async units through the store
 
 __all__ = ["TERMINAL", "Execution", "ensure_worker", "find", "start", "stop", "sweep", "wait"]
 

@@ -150,11 +150,12 @@ def dispatch(cls: type[Reactor], context: Context) -> None:
 
         celery.check_can_send(cls)
         text = dumps_context(context)
-        _executions().create(
+        created = _executions().create(
             context.execution_id, class_path(cls), text, "pending",
             sent_by_caller=config.execution_lease, queue=config.celery_queue,
         )  # fmt: skip
-        celery.send(context.execution_id, 0, priority=celery.NEW_WORK_PRIORITY)
+        if created:  # else it was dispatched before (an async unit's id is derived, not random)
+            celery.send(context.execution_id, 0, priority=celery.NEW_WORK_PRIORITY)
         return
     executions = _executions()
     pinned = this_script() if cls.__module__ == "__main__" else ""
@@ -271,9 +272,11 @@ def _settle(
             "until": _until(stop.delay),
         }
         on = None if stop.primitive is None else keys.parked(stop.primitive, stop.key or "")
+        awaiting = stop.key if stop.primitive == keys.AWAITED else None  # a reader of a unit
         written = executions.checkpoint(
             execution_id, epoch, text, "waiting", waiting_on=waiting_on, due_in=stop.delay,
-            parked_on=on, park=stop.primitive not in (None, "ordered_lock"),  # as the cap counts
+            parked_on=on, awaiting=awaiting,
+            park=stop.primitive not in (None, "ordered_lock", keys.AWAITED),  # as the cap counts
         )  # fmt: skip
         return "parked" if written else "stale"
     status = context.status.value

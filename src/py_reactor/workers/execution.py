@@ -22,7 +22,15 @@ from py_reactor.errors import SerializationError
 if TYPE_CHECKING:  # importing storage loads redis: only when a function here runs
     from py_reactor.storage.executions import ExecutionStore, StoredExecution
 
-__all__ = ["TERMINAL", "Execution", "find", "outcome_from_dict", "outcome_to_dict", "wait"]
+__all__ = [
+    "TERMINAL",
+    "Execution",
+    "ended",
+    "find",
+    "outcome_from_dict",
+    "outcome_to_dict",
+    "wait",
+]
 
 #: Statuses an execution never leaves.
 TERMINAL = frozenset({"completed", "failed", "halted", "aborted", "cancelled"})
@@ -97,14 +105,9 @@ def wait(execution_id: str, *, timeout: float | None = None) -> Outcome:
     pause = 0.005
     executions = _executions()
     while True:
-        stored = executions.load(execution_id)
-        if stored is None:
-            raise LookupError(f"no execution {execution_id!r} is stored")
-        if stored.status in TERMINAL and stored.outcome is not None:
-            context = _context(stored)
-            if context is None:
-                context = Context(reactor=stored.reactor, inputs={}, execution_id=stored.id)
-            return outcome_from_dict(stored.outcome, context)
+        stored, outcome = _ended(executions, execution_id)
+        if outcome is not None:
+            return outcome
         if deadline is not None and time.monotonic() >= deadline:
             raise TimeoutError(
                 f"execution {execution_id} ({stored.reactor}) is still {stored.status} after "
@@ -112,6 +115,27 @@ def wait(execution_id: str, *, timeout: float | None = None) -> Outcome:
             )
         time.sleep(pause)
         pause = min(pause * 2, 0.05)
+
+
+def ended(execution_id: str) -> Outcome | None:
+    """The outcome of ``execution_id`` if it has ended (rebuilt from the store), else None.
+
+    Raises:
+        LookupError: the store does not know ``execution_id``.
+    """
+    return _ended(_executions(), execution_id)[1]
+
+
+def _ended(executions: ExecutionStore, execution_id: str) -> tuple[StoredExecution, Outcome | None]:
+    stored = executions.load(execution_id)
+    if stored is None:
+        raise LookupError(f"no execution {execution_id!r} is stored")
+    if stored.status not in TERMINAL or stored.outcome is None:
+        return stored, None
+    context = _context(stored)
+    if context is None:
+        context = Context(reactor=stored.reactor, inputs={}, execution_id=stored.id)
+    return stored, outcome_from_dict(stored.outcome, context)
 
 
 def outcome_to_dict(outcome: Outcome) -> dict[str, Any]:
@@ -135,6 +159,8 @@ def outcome_to_dict(outcome: Outcome) -> dict[str, Any]:
             backtrace=outcome.backtrace,
             step_arguments=_jsonable(outcome.step_arguments),
         )
+        if isinstance(outcome.child, FailureResult):
+            data["child"] = outcome_to_dict(outcome.child)
     return data
 
 
@@ -160,7 +186,21 @@ def outcome_from_dict(data: dict[str, Any], context: Context) -> Outcome:
         validation_errors=list(data.get("validation_errors") or []),
         backtrace=data.get("backtrace"),
         attempts=int(data.get("attempts") or 0),
+        child=_child(data, context),
     )
+
+
+def _child(data: dict[str, Any], context: Context) -> FailureResult | None:
+    """The stored failure of the child (composed or async) that failed the run, if any."""
+    child = data.get("child")
+    if not isinstance(child, dict):
+        return None
+    step = data.get("step_name")
+    inner = context.children.get(step) if isinstance(step, str) else None
+    if inner is None:
+        inner = Context(reactor=context.reactor, inputs={}, execution_id=context.execution_id)
+    rebuilt = outcome_from_dict(child, inner)
+    return rebuilt if isinstance(rebuilt, FailureResult) else None
 
 
 def _error(exception_class: str | None, message: str) -> Any:

@@ -139,12 +139,14 @@ def test_a_mapping_parameter_name_is_fine_even_if_an_argument_has_it() -> None:
     assert "lock" in Odd.coordination
 
 
-def test_rollback_wait_on_a_reactor_is_refused() -> None:
-    """A reactor keeps its holds through its rollback: rollback_wait would do nothing there."""
-    with pytest.raises(DefinitionError, match="rollback_wait is for steps"):
+def test_rollback_wait_on_a_reactor_is_kept_for_its_undo_as_a_composed_child() -> None:
+    """A reactor keeps its holds through its own rollback; rollback_wait is how long its undo
+    waits to re-take them when a parent that composed it rolls it back."""
 
-        @with_lock("k", rollback_wait=5)
-        class Checkout(Reactor):
-            @step
-            def charge() -> int:
-                return 1
+    @with_lock("k", rollback_wait=5)
+    class Checkout(Reactor):
+        @step
+        def charge() -> int:
+            return 1
+
+    assert Checkout.coordination["lock"].rollback_wait == 5

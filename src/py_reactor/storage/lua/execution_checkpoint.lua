@@ -1,17 +1,24 @@
 -- Write an execution's progress, if the caller still owns it (compare-and-set on the epoch).
 -- KEYS[1] record hash; KEYS[2] leases zset; KEYS[3] due zset; KEYS[4] parked list of the key
--- waited on (py_reactor:<primitive>:{<key>}:parked, "" when none)
+-- waited on (py_reactor:<primitive>:{<key>}:parked, "" when none); KEYS[5] the list of those
+-- parked waiting for this execution to end (readers of an async unit's result); KEYS[6] ready
+-- list; KEYS[7] the record of the execution this one parks waiting for ("" when none)
 -- The record and the global sets are not in one hash slot (nor is the key's parked list): this
 -- script is cross-slot, as execution records are until the due set is sharded.
 -- ARGV[1] id; ARGV[2] epoch; ARGV[3] context JSON; ARGV[4] status; ARGV[5] lease ms (running),
 -- ARGV[6] waiting_on JSON ("" when none); ARGV[7] outcome JSON ("" when none);
 -- ARGV[8] due in ms (parked: when the timer backstop dispatches it again), "" when not parked;
 -- ARGV[9] "1" to count one more park
+-- A terminal status wakes everything parked waiting for this execution (KEYS[5]). A park on
+-- an execution that has ended already is due at once (it ended between look and park).
 -- Returns 1 when written, 0 when the epoch moved on (a newer runner owns it: nothing written).
 -- #include _now
+-- #include _wake_parked
 if tonumber(redis.call('HGET', KEYS[1], 'epoch') or '-1') ~= tonumber(ARGV[2]) then
   return 0
 end
+local terminal = {completed = true, failed = true, halted = true, aborted = true,
+  cancelled = true}
 local now = now_ms()
 redis.call('HSET', KEYS[1], 'context', ARGV[3], 'status', ARGV[4], 'updated_at', now,
   'waiting_on', ARGV[6], 'outcome', ARGV[7])
@@ -24,9 +31,18 @@ else
   redis.call('ZREM', KEYS[2], ARGV[1])
 end
 if ARGV[8] ~= '' then
-  redis.call('ZADD', KEYS[3], now + tonumber(ARGV[8]), ARGV[1])
-  if KEYS[4] ~= '' then
-    redis.call('RPUSH', KEYS[4], ARGV[1])
+  local awaited = KEYS[7] ~= '' and redis.call('HGET', KEYS[7], 'status')
+  if awaited and terminal[awaited] then
+    redis.call('ZADD', KEYS[3], now, ARGV[1])
+    redis.call('RPUSH', KEYS[6], ARGV[1])
+  else
+    redis.call('ZADD', KEYS[3], now + tonumber(ARGV[8]), ARGV[1])
+    if KEYS[4] ~= '' then
+      redis.call('RPUSH', KEYS[4], ARGV[1])
+    end
   end
+end
+if terminal[ARGV[4]] then
+  wake_parked(KEYS[5], KEYS[3], KEYS[6], true)
 end
 return 1
