@@ -22,6 +22,8 @@ from py_reactor import (
     compose,
     step,
     with_lock,
+    with_period,
+    with_rate_limit,
     with_semaphore,
 )
 
@@ -455,3 +457,40 @@ class NestedInvoke(Reactor):
 
     unit = async_step(InvokesInside)
     returns = "unit"
+
+
+# -- the rest of the family, where the unit runs -----------------------------------------------
+
+
+@with_period(lambda a: a["key"], every="day")
+class Daily(Step):
+    key: str
+
+    def run(self) -> Any:
+        hook(self.inputs.key, "daily")
+        return "sent"
+
+
+class DailyUnit(Reactor):
+    key: str
+
+    daily = async_step(Daily)
+    returns = "daily"
+
+
+@with_rate_limit(lambda a: a["key"], limit=1, period=2)
+class Limited(Step):
+    key: str
+    n: int
+
+    def run(self) -> Any:
+        hook(self.inputs.key, "limited", n=self.inputs.n)
+        return self.inputs.n
+
+
+class LimitedUnit(Reactor):
+    key: str
+    n: int
+
+    limited = async_step(Limited)
+    returns = "limited"

@@ -375,6 +375,36 @@ def test_a_child_reactor_takes_its_reactor_level_lock_in_its_worker(key: str) ->
     assert current_store().lock_state(key).owner is None
 
 
+def test_a_units_period_is_claimed_where_it_runs(key: str) -> None:
+    """The second unit in the same day skips its work (its value None flows on)."""
+    seen = calls(key)
+    first = r.DailyUnit.run(key=key)
+    second = r.DailyUnit.run(key=key)
+    assert first.is_success, first
+    assert first.value == "sent"
+    assert second.is_success, second
+    assert second.value is None
+    assert seen == ["daily"]
+    unit = find(units_of(second)["daily"])
+    assert unit is not None
+    assert [e["reason"] for e in unit.trace if e["type"] == "skipped"] == ["period"]
+
+
+def test_a_units_rate_limit_parks_it_for_retry_after(key: str) -> None:
+    """Two units within one 2 s window: the second parks (rate limit) and runs in the next."""
+    seen = calls(key)
+    first = r.LimitedUnit.run(key=key, n=1)
+    second = r.LimitedUnit.run(key=key, n=2)
+    assert first.is_success, first
+    assert second.is_success, second
+    assert second.value == 2
+    assert seen.count("limited") == 2
+    unit = find(units_of(second)["limited"])
+    assert unit is not None
+    parks = [e["primitive"] for e in unit.trace if e["type"] == "parked"]
+    assert parks == ["rate_limit"]
+
+
 # -- the hand-off deadlock guard ---------------------------------------------------------------
 
 
