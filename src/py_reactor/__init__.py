@@ -30,6 +30,7 @@ from py_reactor.dsl import (
 )
 from py_reactor.dsl.background import background
 from py_reactor.engine import (
+    CancelledResult,
     Context,
     DispatchedResult,
     FailureResult,
@@ -45,6 +46,7 @@ from py_reactor.workers import Execution, find
 __version__ = "0.1.0.dev0"
 
 __all__ = [
+    "CancelledResult",
     "Context",
     "DispatchedResult",
     "Execution",

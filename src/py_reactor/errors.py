@@ -9,6 +9,7 @@ Every error the library raises or reports derives from :class:`ReactorError`::
     ├── SerializationError       a context could not be written to / read from JSON
     ├── DispatchError            a background execution could not be handed to its worker
     ├── AsyncUnitTimeoutError    a reader of an async unit's result gave up waiting for it
+    ├── ExecutionStateError      an operation (cancel, undo, retry) does not apply to that status
     └── CoordinationError        a lock, semaphore, rate limit, period or ordered lock said no
         ├── LockAcquisitionError       the lock stayed held by another owner for ``wait`` seconds
         ├── SemaphoreAcquisitionError  every slot stayed taken for ``wait`` seconds
@@ -34,6 +35,7 @@ __all__ = [
     "CoordinationKeyError",
     "DefinitionError",
     "DispatchError",
+    "ExecutionStateError",
     "HandoffRefusedError",
     "InputValidationError",
     "LockAcquisitionError",
@@ -119,6 +121,15 @@ class AsyncUnitTimeoutError(ReactorError):
         super().__init__(message, reactor=reactor, step=step)
         self.unit = unit
         self.execution_id = execution_id
+
+
+class ExecutionStateError(ReactorError):
+    """``cancel``, ``undo`` or ``retry`` was asked of a stored execution whose status does not
+    allow it (a running one, say); ``status`` is what it was."""
+
+    def __init__(self, message: str, *, status: str = "", reactor: str | None = None):
+        super().__init__(message, reactor=reactor)
+        self.status = status
 
 
 class CoordinationError(ReactorError):

@@ -112,6 +112,44 @@ class Reactor:
 
         return find(execution_id)
 
+    @classmethod
+    def cancel(cls, execution_id: str, reason: str | None = None) -> Any:
+        """Stop the stored run ``execution_id`` (waiting, pending, failed or aborted) with no
+        rollback; what it holds is given back. Its ``Execution``, now ``"cancelled"``.
+
+        Raises:
+            ExecutionStateError: it is running or has ended well; LookupError: unknown id.
+        """
+        from py_reactor.workers import cancel
+
+        return cancel(execution_id, reason)
+
+    @classmethod
+    def undo(cls, execution_id: str) -> Any:
+        """Roll the finished (or aborted) stored run ``execution_id`` back, newest step first,
+        then mark it ``"cancelled"``. Its ``Execution``; what could not be undone is in
+        ``.outcome.rollback_failures``.
+
+        Raises:
+            ExecutionStateError: it is running, waiting or pending; LookupError: unknown id.
+        """
+        from py_reactor.workers import undo
+
+        return undo(execution_id)
+
+    @classmethod
+    def retry(cls, execution_id: str) -> Outcome:
+        """Start a new run with the inputs of the ended run ``execution_id``, linked to it
+        (``find(new).retry_of``); the new run's outcome.
+
+        Raises:
+            ExecutionStateError: it has not ended; LookupError: unknown id.
+        """
+        from py_reactor.workers import retry
+
+        outcome: Outcome = retry(execution_id)
+        return outcome
+
 
 def _check_returns(cls: type[Reactor]) -> None:
     """Refuse ``returns`` that is not one step name: the run's value is one step's value."""

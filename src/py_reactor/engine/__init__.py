@@ -2,6 +2,7 @@
 
 from py_reactor.engine.context import Context, Status
 from py_reactor.engine.results import (
+    CancelledResult,
     DispatchedResult,
     FailureResult,
     HaltedResult,
@@ -11,6 +12,7 @@ from py_reactor.engine.results import (
 )
 
 __all__ = [
+    "CancelledResult",
     "Context",
     "DispatchedResult",
     "FailureResult",

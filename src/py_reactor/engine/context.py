@@ -37,6 +37,7 @@ class Status(enum.StrEnum):
     FAILED = "failed"
     HALTED = "halted"
     ABORTED = "aborted"  # interrupted (KeyboardInterrupt/SystemExit): no rollback ran
+    CANCELLED = "cancelled"  # stopped from outside: Reactor.cancel, or Reactor.undo
 
 
 # The context of the execution running in this thread, and that thread (see ``running``).

@@ -38,15 +38,19 @@ from py_reactor.observability.middleware import Middleware
 __all__ = ["execute", "failure_result", "run_reactor"]
 
 
-def run_reactor(cls: type[Reactor], inputs: Mapping[str, Any]) -> Outcome:
+def run_reactor(
+    cls: type[Reactor], inputs: Mapping[str, Any], *, private: Mapping[str, Any] | None = None
+) -> Outcome:
     """Start a new execution of ``cls`` with raw ``inputs`` and run it to its end.
 
     Started from inside a running execution (a step body), the run is part of that execution:
     it shares its root id and its registry of held keys, so it re-enters the holds.
+    ``private``: bookkeeping the new context starts with (``retry_of``).
     """
     path, raw = class_path(cls), dict(inputs)
     parent = running_context()
     context = Context(reactor=path, inputs=raw) if parent is None else parent.child(path, raw)
+    context.private.update(private or {})
     return execute(cls, context)
 
 

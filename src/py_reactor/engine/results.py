@@ -14,6 +14,7 @@ from typing import Any, TypedDict
 from py_reactor.engine.context import Context
 
 __all__ = [
+    "CancelledResult",
     "DispatchedResult",
     "FailureResult",
     "HaltedResult",
@@ -163,6 +164,33 @@ class DispatchedResult(Outcome):
 
     def __repr__(self) -> str:
         return f"<DispatchedResult {_name(self.context)} id={self.execution_id}>"
+
+
+class CancelledResult(Outcome):
+    """The run was stopped from outside (``Reactor.cancel``, or ``Reactor.undo`` once its
+    rollback ran); ``reason`` says why, ``rollback_failures`` what an undo could not undo."""
+
+    __slots__ = ("reason", "rollback_failures")
+    is_success = False
+    status = "cancelled"
+
+    def __init__(
+        self,
+        context: Context,
+        *,
+        reason: str,
+        rollback_failures: list[RollbackFailure] | None = None,
+    ) -> None:
+        super().__init__(context)
+        self.reason = reason
+        self.rollback_failures: list[RollbackFailure] = list(rollback_failures or [])
+
+    @property
+    def error(self) -> Any:
+        return f"execution {self.execution_id} was cancelled: {self.reason}"
+
+    def __repr__(self) -> str:
+        return f"<CancelledResult {_name(self.context)} reason={self.reason!r}>"
 
 
 class FailureResult(Outcome):

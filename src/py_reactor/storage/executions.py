@@ -50,6 +50,7 @@ class StoredExecution:
     outcome: dict[str, Any] | None
     worker: str | None
     pinned: str | None = None  # "host:pid:<script>": a __main__ reactor, only that script runs it
+    retried_by: str | None = None  # the execution Reactor.retry started from this one
     problem: str | None = None  # what of the record could not be read (then it cannot run)
 
 
@@ -119,6 +120,7 @@ class ExecutionStore:
             outcome=outcome,
             worker=raw.get("worker") or None,
             pinned=raw.get("pinned") or None,
+            retried_by=raw.get("retried_by") or None,
             problem="; ".join(problems) or None,
         )
 
@@ -196,6 +198,31 @@ class ExecutionStore:
             "1" if park else "0",
         )
         return bool(self.store.run_script("execution_checkpoint", keys, args))
+
+    def take(self, execution_id: str, status: str, allowed: tuple[str, ...]) -> tuple[int, str]:
+        """Take ``execution_id`` for an operation: set ``status`` if it is in one of
+        ``allowed`` and no runner's lease is live (bumping the epoch, so a runner that claimed
+        it before writes nothing more).
+
+        Returns:
+            ``(new epoch, previous status)``; ``(0, status)`` when refused; ``(-1, "")`` for an
+            unknown id.
+        """
+        keys = (
+            record_key(execution_id),
+            LEASES_KEY,
+            DUE_KEY,
+            keys_.parked(keys_.AWAITED, execution_id),
+            READY_KEY,
+        )
+        epoch, previous = self.store.run_script(
+            "execution_take", keys, (execution_id, status, *allowed)
+        )
+        return int(epoch), str(previous)
+
+    def annotate(self, execution_id: str, **fields: str) -> None:
+        """Write fields for people (``retried_by``) on the record, outside any epoch."""
+        self._client().hset(record_key(execution_id), mapping=fields)
 
     def renew(self, execution_id: str, epoch: int, lease: float) -> bool:
         """Push the lease of a running execution out; False when the epoch moved on."""

@@ -10,6 +10,7 @@ finishes what a killed one left (:func:`sweep` runs one recovery pass by hand).
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 from py_reactor.engine.handoff import install as _install_units
 from py_reactor.workers.execution import TERMINAL, Execution, find, wait
@@ -17,10 +18,43 @@ from py_reactor.workers.units import StoreUnits
 
 _install_units(StoreUnits())  # the engine dispatches async units through the store
 
-__all__ = ["TERMINAL", "Execution", "ensure_worker", "find", "start", "stop", "sweep", "wait"]
+__all__ = [
+    "TERMINAL",
+    "Execution",
+    "cancel",
+    "ensure_worker",
+    "find",
+    "retry",
+    "start",
+    "stop",
+    "sweep",
+    "undo",
+    "wait",
+]
 
 _lock = threading.Lock()
 _worker: object | None = None
+
+
+def cancel(execution_id: str, reason: str | None = None) -> Execution:
+    """Stop a stored run that waits, or failed, without rollback (``workers.operations``)."""
+    from py_reactor.workers.operations import cancel as cancel_
+
+    return cancel_(execution_id, reason)
+
+
+def undo(execution_id: str) -> Execution:
+    """Roll a finished or aborted stored run back, then cancel it (``workers.operations``)."""
+    from py_reactor.workers.operations import undo as undo_
+
+    return undo_(execution_id)
+
+
+def retry(execution_id: str) -> Any:
+    """Start a new run with the inputs of an ended one, linked to it (``workers.operations``)."""
+    from py_reactor.workers.operations import retry as retry_
+
+    return retry_(execution_id)
 
 
 def start() -> None:

@@ -82,10 +82,18 @@ def _executions() -> ExecutionStore:
     return ExecutionStore(current_store())
 
 
-def background_run(cls: type[Reactor], inputs: Mapping[str, Any], handoff: str) -> Outcome:
+def background_run(
+    cls: type[Reactor],
+    inputs: Mapping[str, Any],
+    handoff: str,
+    *,
+    private: Mapping[str, Any] | None = None,
+) -> Outcome:
     """``cls.run()`` of a ``@background`` reactor: the steps before ``handoff`` in the caller,
-    then persist and dispatch. Returns the caller's failure or halt if it came to one."""
+    then persist and dispatch. Returns the caller's failure or halt if it came to one.
+    ``private``: bookkeeping the new context starts with (``retry_of``)."""
     context = Context(reactor=class_path(cls), inputs=dict(inputs))
+    context.private.update(private or {})
     first = cls.__py_reactor_order__[0] if cls.__py_reactor_order__ else None
     if handoff == first:  # the whole run is the worker's: nothing is taken in the caller
         try:

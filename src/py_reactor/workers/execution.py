@@ -15,7 +15,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from py_reactor.engine.context import Context
-from py_reactor.engine.results import FailureResult, HaltedResult, Outcome, SuccessResult
+from py_reactor.engine.results import (
+    CancelledResult,
+    FailureResult,
+    HaltedResult,
+    Outcome,
+    SuccessResult,
+)
 from py_reactor.engine.serializer import loads_context
 from py_reactor.errors import SerializationError
 
@@ -50,6 +56,8 @@ class Execution:
         outcome: the terminal outcome (rebuilt), None until it ended.
         parks: how many times it parked on contention.
         created_at, updated_at: server-clock seconds.
+        retry_of: the execution this one retries (``Reactor.retry``), else None.
+        retried_by: the execution that retried this one, else None.
     """
 
     execution_id: str
@@ -64,6 +72,8 @@ class Execution:
     parks: int
     created_at: float
     updated_at: float
+    retry_of: str | None = None
+    retried_by: str | None = None
 
 
 def find(execution_id: str) -> Execution | None:
@@ -91,6 +101,8 @@ def snapshot(stored: StoredExecution) -> Execution:
         parks=stored.parks,
         created_at=stored.created_at,
         updated_at=stored.updated_at,
+        retry_of=(context.private.get("retry_of") if context else None),
+        retried_by=stored.retried_by,
     )
 
 
@@ -145,6 +157,12 @@ def outcome_to_dict(outcome: Outcome) -> dict[str, Any]:
         data["value"] = _jsonable(outcome.value)
     elif isinstance(outcome, HaltedResult):
         data.update(reason=outcome.reason, step_name=outcome.step_name)
+    elif isinstance(outcome, CancelledResult):
+        data.update(
+            reason=outcome.reason,
+            rollback_failures=_jsonable(outcome.rollback_failures),
+            error=str(outcome.error),
+        )
     elif isinstance(outcome, FailureResult):
         error = outcome.error
         data.update(
@@ -172,6 +190,12 @@ def outcome_from_dict(data: dict[str, Any], context: Context) -> Outcome:
     if status == "halted":
         return HaltedResult(
             context, reason=str(data.get("reason")), step_name=data.get("step_name")
+        )
+    if status == "cancelled":
+        return CancelledResult(
+            context,
+            reason=str(data.get("reason") or "cancelled"),
+            rollback_failures=list(data.get("rollback_failures") or []),
         )
     return FailureResult(
         context,

@@ -1,0 +1,33 @@
+-- Take an execution out of the workers' hands for an operation (cancel, undo): only from one of
+-- the statuses the operation accepts, and never while a runner's lease is live.
+-- KEYS[1] record hash; KEYS[2] leases zset; KEYS[3] due zset; KEYS[4] readers parked waiting
+-- for it to end; KEYS[5] ready list
+-- ARGV[1] id; ARGV[2] the status to set; ARGV[3..] the statuses it may be taken from
+-- Bumps the epoch (a runner that claimed before writes nothing more), takes it out of the due
+-- set and the leases; a terminal new status wakes its parked readers.
+-- Returns {new epoch, previous status}; {0, status} when refused; {-1, ""} when unknown.
+-- #include _now
+-- #include _wake_parked
+local status = redis.call('HGET', KEYS[1], 'status')
+if not status then
+  return {-1, ''}
+end
+local allowed = false
+for i = 3, #ARGV do
+  if ARGV[i] == status then
+    allowed = true
+  end
+end
+local now = now_ms()
+local lease = redis.call('ZSCORE', KEYS[2], ARGV[1])
+if (not allowed) or (lease and tonumber(lease) > now) then
+  return {0, status}
+end
+local epoch = redis.call('HINCRBY', KEYS[1], 'epoch', 1)
+redis.call('HSET', KEYS[1], 'status', ARGV[2], 'updated_at', now, 'waiting_on', '')
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('ZREM', KEYS[3], ARGV[1])
+if ARGV[2] == 'cancelled' then
+  wake_parked(KEYS[4], KEYS[3], KEYS[5], true)
+end
+return {epoch, status}

@@ -1,0 +1,180 @@
+"""Operations on stored executions, by id, from any process: cancel, undo, retry.
+
+Each takes the execution out of the workers' hands first (a status change that bumps the epoch,
+refused while a runner's lease is live), so a worker never runs what an operator is changing,
+and a runner that claimed it before writes nothing more.
+
+* ``cancel``: stop a run that waits (parked, pending, paused) or has failed or been aborted,
+  with no rollback; what it still holds is given back; status ``"cancelled"``.
+* ``undo``: roll back a run that finished (completed, halted) or was aborted, its completed
+  steps undone newest first as a rollback does; then status ``"cancelled"``.
+* ``retry``: a new run of the same reactor with the same inputs, linked to the old one.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from py_reactor.config import get_config
+from py_reactor.engine._run import Run
+from py_reactor.engine.compensation import undo_completed
+from py_reactor.engine.context import Context, Status, running
+from py_reactor.engine.release import release_ledger
+from py_reactor.engine.results import CancelledResult, Outcome
+from py_reactor.engine.serializer import dumps_context
+from py_reactor.errors import ExecutionStateError, ReactorError
+from py_reactor.storage.executions import ExecutionStore, StoredExecution
+from py_reactor.workers.dispatch import _revive, background_run
+from py_reactor.workers.execution import Execution, outcome_to_dict, snapshot
+
+__all__ = ["cancel", "retry", "undo"]
+
+#: What ``cancel`` accepts: a run not under way now, that has not ended well.
+CANCELLABLE = ("pending", "waiting", "paused", "failed", "aborted")
+#: What ``undo`` accepts: a run that finished (or was cut off) with completed steps to undo.
+UNDOABLE = ("completed", "halted", "aborted", "failed")
+#: What ``retry`` accepts: a run that has ended, whichever way.
+RETRYABLE = ("completed", "halted", "failed", "aborted", "cancelled")
+
+
+def cancel(execution_id: str, reason: str | None = None) -> Execution:
+    """Stop ``execution_id`` without rollback: status ``"cancelled"``, holds given back.
+
+    Raises:
+        LookupError: the store does not know ``execution_id``.
+        ExecutionStateError: it is running (cancel it once it parks or ends), or has ended
+            well or been cancelled already.
+    """
+    executions, stored = _load(execution_id)
+    try:
+        cls, context = _revive(stored)
+    except (LookupError, ReactorError):  # cancelled all the same; its holds lapse by their ttl
+        cls, context = None, Context(reactor=stored.reactor, inputs={}, execution_id=stored.id)
+    epoch = _take(executions, stored, "cancelled", CANCELLABLE, "cancelled")
+    why = reason or "cancelled"
+    if cls is not None:
+        release_ledger(cls, context)
+    context.status = Status.CANCELLED
+    context.trace.append(_entry("cancelled", reason=why))
+    _write(executions, stored.id, epoch, context, CancelledResult(context, reason=why))
+    return _found(executions, stored.id)
+
+
+def undo(execution_id: str) -> Execution:
+    """Roll ``execution_id`` back (its completed steps undone, newest first, under their
+    locks and semaphores as a rollback does), then mark it ``"cancelled"``.
+
+    What could not be undone is in the outcome's ``rollback_failures`` (``find(id).outcome``).
+
+    Raises:
+        LookupError: the store does not know ``execution_id``.
+        ExecutionStateError: it is running, waiting or pending (``cancel`` it first) or was
+            cancelled already.
+        LookupError: its reactor class cannot be imported here.
+    """
+    executions, stored = _load(execution_id)
+    cls, context = _revive(stored)  # before taking it: a class that is gone changes nothing
+    epoch = _take(executions, stored, "rolling_back", UNDOABLE, "undone")
+    run = Run(cls.__py_reactor_name__, context, get_config().middleware)
+    with running(context):
+        release_ledger(cls, context)  # an aborted run's failed step may still hold its keys
+        plan = cls.__py_reactor_plan__
+        undo_completed(run, {name: step.declaration for name, step in plan.items()})
+    context.status = Status.CANCELLED
+    context.trace.append(_entry("undone", failures=len(run.rollback_failures)))
+    outcome = CancelledResult(context, reason="undone", rollback_failures=run.rollback_failures)
+    _write(executions, stored.id, epoch, context, outcome)
+    return _found(executions, stored.id)
+
+
+def retry(execution_id: str) -> Outcome:
+    """Start a new run of ``execution_id``'s reactor with its inputs; the new run's outcome
+    (a ``DispatchedResult`` for a ``@background`` reactor). The new context's
+    ``private["retry_of"]`` and the old record's ``retried_by`` link the two.
+
+    Raises:
+        LookupError: the store does not know ``execution_id``, or its class cannot be imported.
+        ExecutionStateError: it has not ended yet.
+    """
+    executions, stored = _load(execution_id)
+    if stored.status not in RETRYABLE:
+        raise _refusal(stored, "retried", RETRYABLE)
+    cls, context = _revive(stored)
+    link = {"retry_of": stored.id}
+    handoff = getattr(cls, "__py_reactor_handoff__", None)
+    if handoff:
+        outcome = background_run(cls, context.inputs, handoff, private=link)
+    else:
+        from py_reactor.engine.executor import run_reactor
+
+        outcome = run_reactor(cls, context.inputs, private=link)
+    executions.annotate(stored.id, retried_by=outcome.execution_id)
+    return outcome
+
+
+def _load(execution_id: str) -> tuple[ExecutionStore, StoredExecution]:
+    from py_reactor.storage import current_store
+
+    executions = ExecutionStore(current_store())
+    stored = executions.load(execution_id)
+    if stored is None:
+        raise LookupError(f"no execution {execution_id!r} is stored")
+    return executions, stored
+
+
+def _take(
+    executions: ExecutionStore,
+    stored: StoredExecution,
+    status: str,
+    allowed: tuple[str, ...],
+    verb: str,
+) -> int:
+    epoch, previous = executions.take(stored.id, status, allowed)
+    if epoch == -1:
+        raise LookupError(f"no execution {stored.id!r} is stored")
+    if epoch == 0:
+        raise _refusal(stored, verb, allowed, previous)
+    return epoch
+
+
+def _refusal(
+    stored: StoredExecution, verb: str, allowed: tuple[str, ...], status: str | None = None
+) -> ExecutionStateError:
+    now = status or stored.status
+    reactor = stored.reactor.rpartition(":")[2]
+    hint = {
+        "running": "wait until it parks or ends (find(id).status)",
+        "waiting": "cancel it first",
+        "pending": "cancel it first",
+        "cancelled": "it was stopped already",
+    }.get(now, f"only a run that is {', '.join(allowed)} can be {verb}")
+    return ExecutionStateError(
+        f"execution {stored.id} of {reactor} is {now}, so it cannot be {verb}: {hint}",
+        status=now,
+        reactor=reactor,
+    )
+
+
+def _write(
+    executions: ExecutionStore,
+    execution_id: str,
+    epoch: int,
+    context: Any,
+    outcome: CancelledResult,
+) -> None:
+    executions.checkpoint(
+        execution_id, epoch, dumps_context(context), "cancelled", outcome=outcome_to_dict(outcome)
+    )
+
+
+def _found(executions: ExecutionStore, execution_id: str) -> Execution:
+    stored = executions.load(execution_id)
+    if stored is None:  # pragma: no cover - it was just written
+        raise LookupError(f"no execution {execution_id!r} is stored")
+    return snapshot(stored)
+
+
+def _entry(kind: str, **details: Any) -> dict[str, Any]:
+    now = time.time()
+    return {"type": kind, "step": None, "started_at": now, "finished_at": now, **details}
