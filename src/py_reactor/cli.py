@@ -1,7 +1,8 @@
 """``py-reactor``: the command line.
 
-``py-reactor worker`` starts a Celery worker that has imported the user's reactor modules;
-``py-reactor sweep`` runs one recovery pass.
+``py-reactor demo`` shows step-scoped coordination at work; ``py-reactor worker`` starts a
+Celery worker that has imported the user's reactor modules; ``py-reactor sweep`` runs one
+recovery pass.
 """
 
 from __future__ import annotations
@@ -54,7 +55,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     worker.add_argument("--pool", choices=("prefork", "threads", "solo"), default="prefork")
     worker.add_argument("--loglevel", default="INFO")
     worker.add_argument("--queue", default=None, help="the queue to serve (default py_reactor)")
+    from py_reactor.demo import add_demo_command
+
+    add_demo_command(commands)
     args = parser.parse_args(argv)
+    if args.command == "demo":
+        from py_reactor.demo import main as demo
+
+        return demo(args)
     if args.command == "worker":
         return _worker(args)
     return _sweep(args.redis_url, args.modules, args.wait, args.worker)

@@ -1,0 +1,345 @@
+"""``py-reactor demo``: step-scoped coordination, live, on background workers.
+
+Three scenes, each on executions dispatched to a worker (the in-process thread worker on the
+embedded store by default; with ``--redis-url URL --workers N``, Celery worker processes the
+demo starts itself):
+
+1. **Serialized on one key, parallel everywhere else.** Four checkouts share one card. Only
+   their ``charge`` step is locked on the card, so the charges run one at a time while the
+   reservations and shipments of all four overlap. A checkout that finds the card busy
+   *parks* (no thread waits) and the release wakes it.
+2. **Parked, then resumed on release.** The demo itself holds a card's lock; a checkout on
+   that card parks at ``charge`` (status ``waiting``, ``waiting_on`` names the key); the moment
+   the demo lets go, the checkout is woken and completes.
+3. **A compensation under the lock.** A declined card fails ``charge``: its ``compensate`` runs
+   while the step still holds the card's lock, then the reservation is undone.
+
+The reactors live here, at module level, so Celery workers import them by ``module:qualname``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from py_reactor import (
+    Failure,
+    Lock,
+    Reactor,
+    Result,
+    Step,
+    Success,
+    background,
+    configure,
+    find,
+    step,
+    with_lock,
+)
+from py_reactor.workers import Execution
+
+__all__ = ["STEPS", "Checkout", "main", "run_demo"]
+
+#: Seconds each step of a checkout works (long enough to watch).
+WORK = 0.4
+#: The checkout's steps, in order.
+STEPS = ("reserve", "charge", "ship")
+
+
+def _card_key(args: Any) -> str:
+    return f"demo:card:{args['card']}"
+
+
+@with_lock(_card_key, ttl=30)
+class Charge(Step):
+    """Charge the card: one charge per card at a time; a card ending in 0000 is declined."""
+
+    card: str
+    order: str
+
+    def run(self) -> Any:
+        time.sleep(WORK)
+        if self.inputs.card.endswith("0000"):
+            return Failure("card declined by issuer", retryable=False)
+        return f"charged {self.inputs.order}"
+
+    def compensate(self, error: Any) -> Any:
+        return Success(f"voided the authorization of {self.inputs.order}")
+
+
+@background
+class Checkout(Reactor):
+    """Reserve stock, charge the card (locked on the card alone), ship."""
+
+    order: str
+    card: str
+
+    @step
+    def reserve(order: str) -> str:
+        time.sleep(WORK)
+        return f"reserved {order}"
+
+    @reserve.undo
+    def _unreserve(result: str, order: str) -> None:
+        pass
+
+    charge = step(Charge, wait_for=["reserve"])
+
+    @step(paid=Result("charge"))
+    def ship(order: str, paid: str) -> str:
+        time.sleep(WORK)
+        return f"shipped {order}"
+
+    returns = "ship"
+
+
+# -- showing what happens -----------------------------------------------------------------
+
+
+def describe(found: Execution | None) -> tuple[str, str]:
+    """``(status, detail)`` of one execution, as the demo shows it."""
+    if found is None:
+        return "pending", ""
+    if found.status == "waiting" and found.waiting_on:
+        on = found.waiting_on
+        return "parked", f"at {on['step']} on {on['primitive']} {on['key']}"
+    if found.status == "running":
+        step_now = next((s for s in STEPS if s not in found.results), "")
+        return "running", step_now
+    if found.status == "failed" and found.outcome is not None:
+        return "failed", f"at {getattr(found.outcome, 'step_name', '')}: {found.outcome.error}"
+    return found.status, ", ".join(s for s in STEPS if s in found.results)
+
+
+class Display:
+    """A live table on a terminal (rich); a line per change otherwise (pipes, tests)."""
+
+    def __init__(self, title: str, live: bool) -> None:
+        self.title = title
+        self.last: dict[str, tuple[str, str]] = {}
+        self._live: Any = None
+        if live:
+            try:
+                from rich.live import Live
+            except ImportError:  # the demo extra is not installed: plain lines
+                return
+            self._live = Live(refresh_per_second=10, transient=False)
+
+    def __enter__(self) -> Display:
+        print(f"\n== {self.title}")
+        if self._live is not None:
+            self._live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._live is not None:
+            self._live.__exit__(*exc)
+
+    def show(self, rows: dict[str, Execution | None]) -> None:
+        now = {label: describe(found) for label, found in rows.items()}
+        if self._live is not None:
+            from rich.table import Table
+
+            table = Table("execution", "status", "where")
+            for label, (status, detail) in now.items():
+                table.add_row(label, status, detail)
+            self._live.update(table)
+        else:
+            for label, state in now.items():
+                if self.last.get(label) != state:
+                    print(f"   {label:<10} {state[0]:<9} {state[1]}".rstrip())
+        self.last = now
+
+
+def watch(display: Display, ids: dict[str, str], until: Callable[[], bool]) -> None:
+    """Refresh ``display`` with the stored state of ``ids`` until ``until()`` (or 60 s)."""
+    deadline = time.monotonic() + 60
+    while True:
+        display.show({label: find(execution_id) for label, execution_id in ids.items()})
+        if until() or time.monotonic() > deadline:
+            display.show({label: find(execution_id) for label, execution_id in ids.items()})
+            return
+        time.sleep(0.1)
+
+
+def ended(ids: Sequence[str]) -> Callable[[], bool]:
+    def check() -> bool:
+        return all((f := find(i)) is not None and f.outcome is not None for i in ids)
+
+    return check
+
+
+def _windows(execution_id: str, name: str) -> tuple[float, float]:
+    found = find(execution_id)
+    assert found is not None
+    entry = next(e for e in found.trace if e["type"] == "run" and e["step"] == name)
+    return float(entry["started_at"]), float(entry["finished_at"])
+
+
+def overlaps(spans: list[tuple[float, float]]) -> int:
+    """How many pairs of ``(start, end)`` spans overlap."""
+    return sum(
+        1 for i, (a0, a1) in enumerate(spans) for b0, b1 in spans[i + 1 :] if a0 < b1 and b0 < a1
+    )
+
+
+# -- the scenes -----------------------------------------------------------------------------
+
+
+def scene_serialized(live: bool, tag: str) -> dict[str, Any]:
+    """Four checkouts on one card: charges one at a time, the rest in parallel."""
+    card = f"4242-{tag}"
+    started = time.monotonic()
+    outs = {f"order-{n}": Checkout.run(order=f"order-{n}", card=card) for n in range(1, 5)}
+    ids = {label: out.execution_id for label, out in outs.items()}
+    with Display("1. four checkouts share one card: only `charge` is locked on it", live) as d:
+        watch(d, ids, ended(list(ids.values())))
+    took = time.monotonic() - started
+    charges = [_windows(i, "charge") for i in ids.values()]
+    others = [_windows(i, s) for i in ids.values() for s in ("reserve", "ship")]
+    parked = sum(1 for i in ids.values() if _parked(i))
+    print(
+        f"   charges overlapping: {overlaps(charges)}; reserve/ship steps overlapping: "
+        f"{overlaps(others)} pairs; parked at charge: {parked}; all done in {took:.1f} s "
+        f"(the whole checkout locked would take about {4 * 3 * WORK:.1f} s)"
+    )
+    return {"charge_overlaps": overlaps(charges), "other_overlaps": overlaps(others),
+            "parked": parked, "ids": list(ids.values())}  # fmt: skip
+
+
+def scene_parked(live: bool, tag: str) -> dict[str, Any]:
+    """The demo holds a card's lock; a checkout parks at charge; the release wakes it."""
+    card = f"5555-{tag}"
+    with Display("2. the demo holds the card: the checkout parks, the release wakes it", live) as d:
+        with Lock(f"demo:card:{card}", ttl=30, wait=5):
+            out = Checkout.run(order="order-vip", card=card)
+            ids = {"order-vip": out.execution_id}
+            watch(d, ids, lambda: (f := find(out.execution_id)) is not None
+                  and f.status == "waiting")  # fmt: skip
+            time.sleep(0.5)
+            released = time.monotonic()
+        watch(d, ids, ended([out.execution_id]))
+    resumed = _windows(out.execution_id, "charge")[0]
+    found = find(out.execution_id)
+    assert found is not None
+    wall = time.time() - (time.monotonic() - released)
+    print(
+        f"   released the card; the checkout's charge started {max(0.0, resumed - wall) * 1000:.0f}"
+        f" ms later (woken by the release, not by its 5 s timer); status {found.status}"
+    )
+    return {"status": found.status, "parks": found.parks, "id": out.execution_id}
+
+
+def scene_compensation(live: bool, tag: str) -> dict[str, Any]:
+    """A declined card: compensate runs under the card's lock, then the undo."""
+    card = f"4000-{tag}-0000"
+    out = Checkout.run(order="order-declined", card=card)
+    ids = {"declined": out.execution_id}
+    with Display("3. a declined card: compensate runs under the card's lock", live) as d:
+        watch(d, ids, ended([out.execution_id]))
+    found = find(out.execution_id)
+    assert found is not None
+    for entry in found.trace:
+        if entry["type"] in ("compensate", "undo"):
+            under = f" under the lock {entry['key']}" if entry.get("key") else ""
+            print(f"   {entry['type']} {entry['step']}{under}")
+    compensated = [e for e in found.trace if e["type"] == "compensate"]
+    return {"status": found.status, "compensate_key": compensated[0].get("key") if compensated
+            else None, "id": out.execution_id}  # fmt: skip
+
+
+def _parked(execution_id: str) -> bool:
+    found = find(execution_id)
+    return found is not None and any(e["type"] == "parked" for e in found.trace)
+
+
+# -- running it -----------------------------------------------------------------------------
+
+
+@contextmanager
+def celery_workers(redis_url: str, count: int) -> Iterator[None]:
+    """``count`` ``py-reactor worker`` processes that import this module, until the block ends."""
+    logs = tempfile.mkdtemp(prefix="py-reactor-demo-")
+    processes = []
+    for n in range(count):
+        log = open(os.path.join(logs, f"worker-{n}.log"), "w")  # noqa: SIM115 - closed below
+        command = [sys.executable, "-m", "py_reactor.cli", "worker", "--redis-url", redis_url,
+                   "--import", __name__, "--concurrency", "2", "--loglevel", "WARNING"]  # fmt: skip
+        processes.append((subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT), log))
+    try:
+        _wait_for_workers(redis_url, count)
+        yield
+    finally:
+        for process, _log in processes:
+            process.terminate()
+        for process, log in processes:
+            try:
+                process.wait(20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+            log.close()
+
+
+def _wait_for_workers(redis_url: str, count: int) -> None:
+    from py_reactor.workers.celery import _default_sender
+
+    app = _default_sender(redis_url)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        replies = app.control.ping(timeout=0.5) or []
+        if len(replies) >= count:
+            return
+    raise RuntimeError(f"{count} Celery worker(s) did not start within 60 s")
+
+
+def run_demo(
+    *, redis_url: str | None = None, workers: int = 0, live: bool = False
+) -> dict[str, Any]:
+    """Run the three scenes; what each showed (for tests and for ``main``)."""
+    tag = f"{os.getpid()}-{int(time.time())}"
+    if redis_url is not None:
+        configure(redis_url=redis_url)
+    if workers:
+        if redis_url is None:
+            raise ValueError("--workers needs --redis-url: Celery workers share a Redis server")
+        configure(worker="celery")
+    configure(park_delay=5.0, park_jitter=0.0)
+    where = f"{workers} Celery worker process(es)" if workers else "the in-process thread worker"
+    store = f"the Redis at {redis_url}" if redis_url else "the embedded Redis (no server)"
+    print(f"py_reactor demo: executions run on {where}, on {store}")
+    if workers:
+        with celery_workers(str(redis_url), workers):
+            return _scenes(live, tag)
+    return _scenes(live, tag)
+
+
+def _scenes(live: bool, tag: str) -> dict[str, Any]:
+    return {
+        "serialized": scene_serialized(live, tag),
+        "parked": scene_parked(live, tag),
+        "compensation": scene_compensation(live, tag),
+    }
+
+
+def add_demo_command(commands: Any) -> None:
+    """Add ``demo`` to the ``py-reactor`` subcommands."""
+    demo = commands.add_parser("demo", help="watch step-scoped coordination at work (no server)")
+    demo.add_argument("--redis-url", help="a Redis server (default: the embedded one)")
+    demo.add_argument(
+        "--workers", type=int, default=0,
+        help="run on N Celery worker processes the demo starts (needs --redis-url)",
+    )  # fmt: skip
+    demo.add_argument("--plain", action="store_true", help="print lines, not a live table")
+
+
+def main(args: argparse.Namespace) -> int:
+    """``py-reactor demo``."""
+    live = sys.stdout.isatty() and not args.plain
+    run_demo(redis_url=args.redis_url, workers=args.workers, live=live)
+    return 0
