@@ -1,6 +1,7 @@
 """``py-reactor``: the command line.
 
-``py-reactor demo`` shows step-scoped coordination at work; ``py-reactor worker`` starts a
+``py-reactor demo`` shows step-scoped coordination at work; ``py-reactor dashboard`` serves the
+operators' dashboard (``py_reactor[web]``); ``py-reactor worker`` starts a
 Celery worker that has imported the user's reactor modules; ``py-reactor sweep`` runs one
 recovery pass.
 """
@@ -56,13 +57,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     worker.add_argument("--loglevel", default="INFO")
     worker.add_argument("--queue", default=None, help="the queue to serve (default py_reactor)")
     from py_reactor.demo import add_demo_command
+    from py_reactor.web.cli import add_dashboard_command
 
     add_demo_command(commands)
+    add_dashboard_command(commands)
     args = parser.parse_args(argv)
     if args.command == "demo":
         from py_reactor.demo import main as demo
 
         return demo(args)
+    if args.command == "dashboard":
+        from py_reactor.web.cli import run_dashboard
+
+        return run_dashboard(args)
     if args.command == "worker":
         return _worker(args)
     return _sweep(args.redis_url, args.modules, args.wait, args.worker)

@@ -2,7 +2,7 @@
 -- the statuses the operation accepts, and never while a runner's lease is live.
 -- KEYS[1] record hash; KEYS[2] leases zset; KEYS[3] due zset; KEYS[4] readers parked waiting
 -- for it to end; KEYS[5] ready list
--- ARGV[1] id; ARGV[2] the status to set; ARGV[3..] the statuses it may be taken from
+-- ARGV[1] id; ARGV[2] the status to set; ARGV[i], i >= 3: the statuses it may be taken from
 -- Bumps the epoch (a runner that claimed before writes nothing more), takes it out of the due
 -- set and the leases; a terminal new status wakes its parked readers.
 -- Returns {new epoch, previous status}; {0, status} when refused; {-1, ""} when unknown.

@@ -1,0 +1,100 @@
+"""The dashboard's actions: retry, undo and cancel, refused without auth or a valid CSRF token.
+
+Each calls the operation of ``py_reactor.workers`` by name, once the request has passed the
+auth hook and the CSRF check; the operation's own refusal (a status it does not accept)
+becomes a 409 with its message.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import parse_qs, quote, urlencode
+
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+
+from py_reactor.errors import ReactorError
+from py_reactor.web import _executions
+from py_reactor.web._csrf import FIELD, HEADER
+from py_reactor.web._dashboard import JSON, Dashboard
+
+__all__ = ["api_action", "form_action"]
+
+
+class _Refused(Exception):
+    """An action refused before it ran: the HTTP status and why."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _act(dash: Dashboard, request: Request, submitted: str | None) -> tuple[str, str | None]:
+    """Check the request, then run the action; ``(execution id to show, what happened)``."""
+    if dash.auth is None:
+        raise _Refused(
+            403, "the dashboard is read only: the application passes app(auth=...) to allow actions"
+        )
+    if not dash.may_act(request):
+        raise _Refused(403, "not allowed: the dashboard's auth hook refused this request")
+    why = dash.tokens.refusal(request, submitted)
+    if why is not None:
+        raise _Refused(403, f"CSRF check failed: {why}")
+    action = request.path_params["action"]
+    execution_id = request.path_params["execution_id"]
+    if action not in _executions.ACTIONS:
+        raise _Refused(
+            404, f"no action {action!r}; the actions are {', '.join(_executions.ACTIONS)}"
+        )
+    if dash.redis_url is not None:
+        from py_reactor.config import get_config
+
+        if get_config().redis_url != dash.redis_url:
+            raise _Refused(
+                409,
+                "py_reactor is configured for another store than the one this dashboard shows; "
+                "call configure(redis_url=...) with the dashboard's redis_url",
+            )
+    from py_reactor import workers
+
+    operation = getattr(workers, action)
+    try:
+        result = operation(execution_id)
+    except LookupError as exc:
+        raise _Refused(404, str(exc)) from None
+    except (ReactorError, ValueError) as exc:
+        raise _Refused(409, str(exc)) from None
+    if action == "retry":
+        new_id = getattr(result, "execution_id", None)
+        return (new_id or execution_id), "retry"
+    return execution_id, action
+
+
+def form_action(dash: Dashboard, request: Request) -> Response:
+    fields = parse_qs(_body(request)).get(FIELD) or []
+    submitted = (fields[0] if fields else None) or request.headers.get(HEADER)
+    execution_id = request.path_params["execution_id"]
+    try:
+        shown, done = _act(dash, request, submitted)
+    except _Refused as exc:
+        return dash.page(
+            request, "error.html", exc.status, heading="Action refused", message=exc,
+            back=f"/executions/{quote(execution_id)}",
+        )  # fmt: skip
+    query = urlencode({"done": done, **({"from": execution_id} if shown != execution_id else {})})
+    prefix = request.scope.get("root_path", "")  # mounted under a path: stay under it
+    return RedirectResponse(f"{prefix}/executions/{quote(shown)}?{query}", status_code=303)
+
+
+def api_action(dash: Dashboard, request: Request) -> Response:
+    try:
+        shown, done = _act(dash, request, request.headers.get(HEADER))
+    except _Refused as exc:
+        return JSON({"error": str(exc)}, status_code=exc.status)
+    detail = _executions.execution_detail(dash.store(), shown)
+    return JSON({"done": done, "execution_id": shown, "execution": detail})
+
+
+def _body(request: Request) -> str:
+    """The request body as text (the endpoint read it before the handler ran)."""
+    raw: bytes = getattr(request.state, "body", b"")
+    return raw.decode("utf-8", "replace")

@@ -1,0 +1,470 @@
+"""Reading the live coordination state for the dashboard: every hold and every key in use.
+
+Read only, from the store: holds are listed from the stored ledgers of the executions that
+have not ended, each checked against the store's read-only scripts (``lock_state``,
+``semaphore_state``, ``ordered_lock_state``, ``rate_limit_usage``) and, for what no script
+reports (a semaphore's holders, period markers and claims, ordered-lock heartbeats), plain
+reads of the key names ``storage.keys`` gives. Holds no ledger lists (a running step's, before
+its checkpoint; one taken in code or outside any execution) are found by one ``SCAN`` of
+py_reactor's namespace. The JSON shapes are documented in ``docs/operations.md``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import unquote
+
+from py_reactor.coordination.holds import CHARGED, HELD, WAITING
+from py_reactor.storage import keys
+from py_reactor.storage.executions import StoredExecution
+from py_reactor.storage.redis import RedisStore
+from py_reactor.web import _declared
+from py_reactor.web._executions import live_executions, load_context, now_ms
+
+__all__ = ["Reader", "coordination"]
+
+_KEY = re.compile(
+    rf"^{keys.NAMESPACE}:(lock|semaphore|period|rate_limit|ordered_lock):(\{{[^}}]*\}}):(.*)$"
+)
+
+
+def coordination(store: RedisStore, *, scan: bool = True) -> dict[str, Any]:
+    """The live coordination state: every hold, semaphore, rate limit, period, ordered lock.
+
+    Holds come from the ledgers of the executions that have not ended, each checked against
+    the store (``live``: the store still has it); with ``scan``, holds of locks, semaphores and
+    period claims no ledger lists (a running step's, not checkpointed yet; taken in code; or
+    outside any execution) are added from the store.
+    """
+    view = _Coordination(store)
+    view.read_ledgers()
+    found = view.reader.scan() if scan else _Scan()
+    view.known["lock"] |= found.locks
+    view.known["semaphore"] |= found.semaphores
+    view.known["ordered_lock"] |= found.ordered_locks
+    return view.result(found)
+
+
+class _Coordination:
+    """One build of the coordination view: the live executions, what they hold and await."""
+
+    def __init__(self, store: RedisStore) -> None:
+        self.store = store
+        self.reader = Reader(store)
+        self.holds: list[dict[str, Any]] = []
+        self.seen: set[tuple[str, str, str]] = set()  # (primitive, key, owner) listed already
+        self.known: dict[str, set[str]] = {p: set() for p in ("lock", "semaphore", "ordered_lock")}
+        self.users: dict[tuple[str, str], set[_declared.User]] = {}  # who took or awaits a key
+        self.parked_on: dict[tuple[str, str], list[str]] = {}
+        self.executions: dict[str, StoredExecution] = {}
+
+    def _use(self, primitive: str, key: str, reactor: str | None, step: str | None) -> None:
+        if reactor is not None:
+            self.users.setdefault((primitive, key), set()).add((reactor, step))
+
+    def _add(self, hold: dict[str, Any]) -> None:
+        self.holds.append(hold)
+        self.seen.add((hold["primitive"], hold["key"], hold["owner"]))
+        if hold["primitive"] in self.known:
+            self.known[hold["primitive"]].add(hold["key"])
+        if hold["scope"] in ("reactor", "step"):
+            self._use(hold["primitive"], hold["key"], hold["reactor"], hold["step"])
+
+    def read_ledgers(self) -> None:
+        """What each live execution waits on, and the holds its stored ledger lists."""
+        for stored in live_executions(self.store):
+            self.executions[stored.id] = stored
+            waiting = stored.waiting_on
+            if stored.status == "waiting" and waiting and waiting.get("key") is not None:
+                primitive, key = str(waiting.get("primitive")), str(waiting.get("key"))
+                self.parked_on.setdefault((primitive, key), []).append(stored.id)
+                self._use(primitive, key, stored.reactor, waiting.get("step"))
+                if primitive in self.known:
+                    self.known[primitive].add(key)
+            context = load_context(stored)
+            for record in [] if context is None else context.holds.to_list():
+                self._use(record["primitive"], record["key"], stored.reactor, record.get("step"))
+                if record["state"] != CHARGED:
+                    self._add(self.reader.hold(record, stored))
+
+    def result(self, found: _Scan) -> dict[str, Any]:
+        """The view, with the holds only the store knows added."""
+        reader, executions = self.reader, self.executions
+        for key in sorted(self.known["lock"]):
+            info = self.store.lock_state(key)
+            if info.owner is not None and ("lock", key, info.owner) not in self.seen:
+                self._add(reader.outside_lock(key, info, executions))
+        semaphores = []
+        for key in sorted(self.known["semaphore"]):
+            semaphore = reader.semaphore(key, executions, self.parked_on)
+            for holder in semaphore["holders"]:
+                if ("semaphore", key, holder["owner"]) not in self.seen:
+                    self._add(reader.outside_semaphore(semaphore, holder, executions))
+            limit = _declared.semaphore_limit(self.users.get(("semaphore", key), set()))
+            free = None if limit is None else max(0, limit - semaphore["held"])
+            semaphore.update(limit=limit, free=free)
+            if semaphore["held"] or semaphore["waiters"] or semaphore["parked"]:
+                semaphores.append(semaphore)
+        periods = reader.periods(found, executions)
+        for claim in periods["claims"]:
+            if ("period", claim["key"], claim["owner"]) not in self.seen:
+                self._add(reader.outside_period(claim, executions))
+        for key, _window in found.counters:
+            self._rate_limit_users(key)
+        self.holds.sort(key=lambda h: (h["primitive"], h["key"], h["execution_id"] or ""))
+        # Keys in use only: a lock's token (and an ordered lock's epoch) outlive their holds.
+        locks = [reader.lock(key, self.parked_on) for key in sorted(self.known["lock"])]
+        lines = [
+            reader.ordered_lock(key, self.holds, self.parked_on)
+            for key in sorted(self.known["ordered_lock"])
+        ]
+        return {
+            "server_time": reader.now_ms / 1000,
+            "holds": self.holds,
+            "locks": [lock for lock in locks if lock["owner"] or lock["waiters"] or lock["parked"]],
+            "semaphores": semaphores,
+            "rate_limits": reader.rate_limits(found, self.users),
+            "periods": periods["markers"],
+            "period_claims": periods["claims"],
+            "ordered_locks": [
+                line for line in lines if line["in_flight"] or line["parked"] or line["positions"]
+            ],
+        }
+
+    def _rate_limit_users(self, key: str) -> None:
+        """A rate limit charged by a step still running has no ledger record yet: find the
+        live execution whose declarations name ``key``."""
+        if ("rate_limit", key) in self.users:
+            return
+        for stored in self.executions.values():
+            context = load_context(stored)
+            named = None if context is None else _declared.attribute(context, "rate_limit", key)
+            if named is not None:
+                self._use("rate_limit", key, stored.reactor, named[1])
+
+
+@dataclass
+class _Scan:
+    """What one SCAN of py_reactor's coordination keys found, by primitive."""
+
+    locks: set[str] = field(default_factory=set)
+    semaphores: set[str] = field(default_factory=set)
+    ordered_locks: set[str] = field(default_factory=set)
+    markers: list[tuple[str, str, str]] = field(default_factory=list)  # key, bucket, redis key
+    claims: list[tuple[str, str, str]] = field(default_factory=list)
+    counters: dict[tuple[str, int], dict[int, str]] = field(default_factory=dict)
+
+
+def _user_key(tag: str) -> str:
+    """The user's key inside a hash tag (``{a%7Bb}`` -> ``a{b``; see ``storage.keys.tag``)."""
+    return unquote(tag[1:-1])
+
+
+class Reader:
+    """One request's reads of the store, on one server clock."""
+
+    def __init__(self, store: RedisStore) -> None:
+        self.store = store
+        self.client: Any = store.client  # redis-py's
+        self.now_ms = now_ms(store)
+
+    def _ttl(self, pttl_ms: int) -> float | None:
+        return None if pttl_ms < 0 else pttl_ms / 1000
+
+    # -- holds from ledgers ---------------------------------------------------------------
+
+    def hold(self, record: dict[str, Any], stored: StoredExecution) -> dict[str, Any]:
+        """One ledger record of ``stored``, checked against the store."""
+        primitive, key, owner = record["primitive"], record["key"], record["owner"]
+        data = dict(record.get("data") or {})
+        hold: dict[str, Any] = {
+            "primitive": primitive,
+            "key": key,
+            "step": record.get("step"),
+            "scope": "reactor" if record.get("step") is None else "step",
+            "execution_id": stored.id,
+            "reactor": stored.reactor,
+            "owner": owner,
+            "state": record.get("state"),
+            "fencing_token": data.get("fencing_token"),
+            "count": data.get("count"),
+            "ttl": data.get("ttl"),
+            "ttl_left": None,
+            "live": None,
+            "taken_at": record.get("taken_at"),
+            "details": {k: v for k, v in data.items() if k not in ("fencing_token", "count")},
+        }
+        if record.get("state") == CHARGED:
+            return hold  # a rate limit's charge: nothing is held in the store
+        if primitive == "lock":
+            info = self.store.lock_state(key)
+            hold["live"] = info.owner == owner and info.token == data.get("fencing_token")
+            hold["ttl_left"] = self._ttl(info.pttl_ms) if hold["live"] else None
+        elif primitive == "semaphore":
+            score = self.client.zscore(keys.semaphore(key).holders, owner)
+            hold["live"] = score is not None and score > self.now_ms
+            hold["ttl_left"] = (score - self.now_ms) / 1000 if hold["live"] else None
+        elif primitive == "period":
+            claim = keys.period_claim(key, str(data.get("bucket")))
+            hold["live"] = self.client.hget(claim, "owner") == owner
+            hold["ttl_left"] = self._ttl(self.client.pttl(claim)) if hold["live"] else None
+        elif primitive == "ordered_lock":
+            hold.update(self._position(key, data, record.get("state")))
+        return hold
+
+    def _position(self, key: str, data: dict[str, Any], state: Any) -> dict[str, Any]:
+        info = self.store.ordered_lock_state(key)
+        epoch, number = int(data.get("epoch", 0)), int(data.get("number", 0))
+        live = info.epoch == epoch and number > info.done
+        beat = self.client.hget(keys.ordered_lock(key).beats, str(number)) if live else None
+        ttl_left = None
+        if beat is not None and data.get("ttl") is not None:
+            ttl_left = (int(beat) + float(data["ttl"]) * 1000 - self.now_ms) / 1000
+        return {
+            "live": live,
+            "ttl_left": ttl_left,
+            "details": {
+                "epoch": epoch,
+                "position": number,
+                "turn": state == HELD,
+                "waiting": state == WAITING,
+                "ttl": data.get("ttl"),
+            },
+        }
+
+    # -- holds found in the store only --------------------------------------------------------
+
+    def _outside(
+        self, primitive: str, key: str, owner: str, executions: dict[str, StoredExecution]
+    ) -> dict[str, Any]:
+        """A hold found in the store that no ledger lists: taken by a running execution whose
+        ledger is not checkpointed yet (its step is named from the declarations), in a step
+        body, or outside any execution."""
+        stored = executions.get(owner)
+        scope, step = "outside", None
+        if stored is not None:
+            context = load_context(stored)
+            found = None if context is None else _declared.attribute(context, primitive, key)
+            scope, step = found if found is not None else ("execution", None)
+        return {
+            "primitive": primitive,
+            "key": key,
+            "step": step,
+            "scope": scope,
+            "execution_id": None if stored is None else owner,
+            "reactor": None if stored is None else stored.reactor,
+            "owner": owner,
+            "state": HELD,
+            "fencing_token": None,
+            "count": None,
+            "ttl": None,
+            "ttl_left": None,
+            "live": True,
+            "taken_at": None,
+            "details": {},
+        }
+
+    def outside_lock(
+        self, key: str, info: Any, executions: dict[str, StoredExecution]
+    ) -> dict[str, Any]:
+        hold = self._outside("lock", key, info.owner, executions)
+        hold.update(fencing_token=info.token, count=info.count, ttl_left=self._ttl(info.pttl_ms))
+        return hold
+
+    def outside_semaphore(
+        self,
+        semaphore: dict[str, Any],
+        holder: dict[str, Any],
+        executions: dict[str, StoredExecution],
+    ) -> dict[str, Any]:
+        hold = self._outside("semaphore", semaphore["key"], holder["owner"], executions)
+        hold.update(count=holder["count"], ttl_left=holder["lease_left"])
+        return hold
+
+    def outside_period(
+        self, claim: dict[str, Any], executions: dict[str, StoredExecution]
+    ) -> dict[str, Any]:
+        hold = self._outside("period", claim["key"], claim["owner"], executions)
+        hold.update(
+            count=claim["count"], ttl_left=claim["lease_left"], details={"bucket": claim["bucket"]}
+        )
+        return hold
+
+    # -- per key ----------------------------------------------------------------------------
+
+    def lock(self, key: str, parked_on: dict[tuple[str, str], list[str]]) -> dict[str, Any]:
+        """A lock's live state, with the executions parked on it."""
+        info = self.store.lock_state(key)
+        return {
+            "key": key,
+            "owner": info.owner,
+            "fencing_token": info.token or None,
+            "count": info.count,
+            "ttl_left": self._ttl(info.pttl_ms) if info.owner else None,
+            "waiters": info.waiters,
+            "parked": sorted(parked_on.get(("lock", key), [])),
+        }
+
+    def semaphore(
+        self,
+        key: str,
+        executions: dict[str, StoredExecution],
+        parked_on: dict[tuple[str, str], list[str]],
+    ) -> dict[str, Any]:
+        """A semaphore's holders (with their lease left), waiters and free slots."""
+        k = keys.semaphore(key)
+        info = self.store.semaphore_state(key)
+        leases = self.client.zrangebyscore(k.holders, f"({self.now_ms}", "+inf", withscores=True)
+        counts = self.client.hgetall(k.counts)
+        holders = [
+            {
+                "owner": owner,
+                "execution_id": owner if owner in executions else None,
+                "count": int(counts.get(owner, 1)),
+                "lease_left": (score - self.now_ms) / 1000,
+            }
+            for owner, score in leases
+        ]
+        return {
+            "key": key,
+            "held": info.held,
+            "limit": None,  # filled in from the declarations of its users
+            "free": None,
+            "waiters": info.waiters,
+            "holders": holders,
+            "parked": sorted(parked_on.get(("semaphore", key), [])),
+        }
+
+    def ordered_lock(
+        self, key: str, holds: list[dict[str, Any]], parked_on: dict[tuple[str, str], list[str]]
+    ) -> dict[str, Any]:
+        """An ordered lock's next turn, last completed position and positions in flight."""
+        info = self.store.ordered_lock_state(key)
+        positions = [
+            {
+                "position": h["details"].get("position"),
+                "execution_id": h["execution_id"],
+                "step": h["step"],
+                "turn": h["details"].get("turn"),
+                "beat_age": None,
+            }
+            for h in holds
+            if h["primitive"] == "ordered_lock" and h["key"] == key and h["live"]
+        ]
+        listed = {p["position"] for p in positions}
+        beats = self.client.hgetall(keys.ordered_lock(key).beats)
+        for number, beat in beats.items():  # positions taken by runs whose ledger is not stored
+            if str(number).isdigit() and int(number) > info.done and int(number) not in listed:
+                positions.append(
+                    {
+                        "position": int(number),
+                        "execution_id": None,
+                        "step": None,
+                        "turn": int(number) == info.done + 1,
+                        "beat_age": (self.now_ms - int(beat)) / 1000,
+                    }
+                )
+        positions.sort(key=lambda p: p["position"] or 0)
+        pending = max(0, info.issued - info.done)
+        return {
+            "key": key,
+            "epoch": info.epoch or None,
+            "issued": info.issued,
+            "last_completed": info.done,
+            "next": info.done + 1 if pending else None,
+            "in_flight": pending,
+            "failed": info.failed,
+            "positions": positions,
+            "parked": sorted(parked_on.get(("ordered_lock", key), [])),
+        }
+
+    def rate_limits(
+        self, found: _Scan, users: dict[tuple[str, str], set[_declared.User]]
+    ) -> list[dict[str, Any]]:
+        """Each rate limit's calls in its current windows (and the limit, where declared)."""
+        now = self.now_ms // 1000
+        by_key: dict[str, list[dict[str, Any]]] = {}
+        for (key, window), counters in sorted(found.counters.items()):
+            index = now // window
+            current = counters.get(index)
+            count = int(self.client.get(current) or 0) if current is not None else 0
+            if not count:
+                continue  # only old windows are left, waiting to expire
+            by_key.setdefault(key, []).append(
+                {
+                    "window": window,
+                    "count": count,
+                    "limit": None,
+                    "resets_in": (index + 1) * window - self.now_ms / 1000,
+                }
+            )
+        result = []
+        for key, counted in by_key.items():
+            limits = _declared.windows(key, users.get(("rate_limit", key), set()))
+            for entry in counted:
+                entry["limit"] = limits.get(entry["window"])
+            result.append({"key": key, "windows": counted})
+        return result
+
+    def periods(self, found: _Scan, executions: dict[str, StoredExecution]) -> dict[str, Any]:
+        """Period markers (buckets done, with when they expire) and in-flight claims."""
+        markers = [
+            {
+                "key": key,
+                "bucket": bucket,
+                "marked_by": self.client.get(name),
+                "expires_in": self._ttl(self.client.pttl(name)),
+            }
+            for key, bucket, name in sorted(found.markers)
+        ]
+        claims = []
+        for key, bucket, name in sorted(found.claims):
+            data = self.client.hgetall(name)
+            if not data.get("owner"):
+                continue
+            owner = data["owner"]
+            claims.append(
+                {
+                    "key": key,
+                    "bucket": bucket,
+                    "owner": owner,
+                    "execution_id": owner if owner in executions else None,
+                    "count": int(data.get("count") or 1),
+                    "lease_left": self._ttl(self.client.pttl(name)),
+                }
+            )
+        return {"markers": markers, "claims": claims}
+
+    # -- discovery ----------------------------------------------------------------------------
+
+    def scan(self, limit: int = 100_000) -> _Scan:
+        """One SCAN of py_reactor's coordination keys (at most ``limit`` keys looked at)."""
+        found = _Scan()
+        for seen, name in enumerate(
+            self.client.scan_iter(match=f"{keys.NAMESPACE}:*", count=1000), start=1
+        ):
+            if seen > limit:
+                break
+            match = _KEY.match(str(name))
+            if match is None:
+                continue
+            primitive, tag, rest = match.groups()
+            key = _user_key(tag)
+            if primitive == "lock" and rest == "hold":
+                found.locks.add(key)
+            elif primitive == "semaphore" and rest == "holders":
+                found.semaphores.add(key)
+            elif primitive == "ordered_lock" and rest == "state":
+                found.ordered_locks.add(key)
+            elif primitive == "period" and rest.startswith("done:"):
+                found.markers.append((key, rest[5:], str(name)))
+            elif primitive == "period" and rest.startswith("claim:"):
+                found.claims.append((key, rest[6:], str(name)))
+            elif primitive == "rate_limit":
+                window, _, index = rest.partition(":")
+                if window.isdigit() and index.isdigit():
+                    counters = found.counters.setdefault((key, int(window)), {})
+                    counters[int(index)] = str(name)
+        return found

@@ -1,0 +1,247 @@
+"""Reading execution records for the dashboard: the listing, one execution, the parked ones.
+
+Everything here is read only and works from the store alone (no reactor class is imported):
+records come from ``storage.executions``; the listing filters on two fields of each record
+(read in one pipelined round trip per batch) before it loads the records it returns. The JSON
+shapes are documented in ``docs/operations.md``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from py_reactor.engine.serializer import loads_context
+from py_reactor.errors import SerializationError
+from py_reactor.storage import keys
+from py_reactor.storage.executions import ExecutionStore, StoredExecution
+from py_reactor.storage.redis import RedisStore
+from py_reactor.workers import operations
+from py_reactor.workers.execution import TERMINAL
+
+__all__ = [
+    "ACTIONS",
+    "STATUSES",
+    "execution_detail",
+    "list_executions",
+    "live_executions",
+    "load_context",
+    "now_ms",
+    "parked",
+    "summary",
+]
+
+STATUSES = (
+    "pending",
+    "running",
+    "waiting",
+    "paused",
+    "completed",
+    "failed",
+    "halted",
+    "aborted",
+    "cancelled",
+    "rolling_back",
+)
+
+#: The statuses each action accepts (the operations refuse the others).
+ACTIONS: dict[str, frozenset[str]] = {
+    "cancel": frozenset(operations.CANCELLABLE),
+    "undo": frozenset(operations.UNDOABLE),
+    "retry": frozenset(operations.RETRYABLE),
+}
+
+#: How many execution ids one listing request reads at most while it filters.
+SCAN_IDS = 5000
+_BATCH = 200
+
+
+# -- executions ----------------------------------------------------------------------------------
+
+
+def list_executions(
+    store: RedisStore,
+    *,
+    reactor: str | None = None,
+    status: str | None = None,
+    limit: int = 50,
+    cursor: int = 0,
+) -> dict[str, Any]:
+    """A page of execution summaries, newest first, filtered by reactor and status.
+
+    ``reactor`` matches the stored ``module:qualname`` exactly, or its class name alone.
+    ``cursor`` is a position in the newest-first index (0: the newest); the reply's
+    ``next_cursor`` continues after the last item returned, None when nothing is left.
+    """
+    client: Any = store.client  # redis-py's
+    executions = ExecutionStore(store)
+    items: list[dict[str, Any]] = []
+    position = cursor
+    scanned = 0
+    exhausted = False
+    while len(items) < limit and scanned < SCAN_IDS:
+        ids = [str(i) for i in client.zrevrange(keys.INDEX, position, position + _BATCH - 1)]
+        if not ids:
+            exhausted = True
+            break
+        pipe = client.pipeline(transaction=False)
+        for execution_id in ids:
+            pipe.hmget(keys.execution(execution_id), "status", "reactor")
+        heads = pipe.execute()
+        for offset, (execution_id, (found_status, found_reactor)) in enumerate(
+            zip(ids, heads, strict=True)
+        ):
+            scanned += 1
+            if found_status is None and found_reactor is None:
+                continue  # removed since the index was read
+            if status is not None and found_status != status:
+                continue
+            if reactor is not None and not _same_reactor(found_reactor or "", reactor):
+                continue
+            stored = executions.load(execution_id)
+            if stored is not None:
+                items.append(summary(stored))
+            if len(items) == limit:
+                position += offset + 1
+                break
+        else:
+            position += len(ids)
+            if len(ids) < _BATCH:
+                exhausted = True
+    more = not exhausted and bool(client.zrevrange(keys.INDEX, position, position))
+    return {
+        "items": items,
+        "next_cursor": position if more else None,
+        "total": int(client.zcard(keys.INDEX)),
+        "filters": {"reactor": reactor, "status": status, "limit": limit, "cursor": cursor},
+    }
+
+
+def _same_reactor(stored: str, wanted: str) -> bool:
+    return stored == wanted or stored.rpartition(":")[2] == wanted
+
+
+def summary(stored: StoredExecution) -> dict[str, Any]:
+    """The list view of one execution: where it is and, if it failed, why."""
+    outcome = stored.outcome or {}
+    waiting_on = stored.waiting_on if stored.status == "waiting" else None
+    step = waiting_on.get("step") if waiting_on else outcome.get("step_name")
+    return {
+        "execution_id": stored.id,
+        "reactor": stored.reactor,
+        "reactor_name": stored.reactor.rpartition(":")[2],
+        "status": stored.status,
+        "created_at": stored.created_at,
+        "updated_at": stored.updated_at,
+        "parks": stored.parks,
+        "step": step,
+        "waiting_on": waiting_on,
+        "error": outcome.get("error") if stored.status in ("failed", "aborted") else None,
+        "reason": outcome.get("reason") if stored.status in ("halted", "cancelled") else None,
+        "problem": stored.problem,
+    }
+
+
+def execution_detail(store: RedisStore, execution_id: str) -> dict[str, Any] | None:
+    """Everything the dashboard shows about one execution, or None for an unknown id."""
+    stored = ExecutionStore(store).load(execution_id)
+    if stored is None:
+        return None
+    detail = summary(stored)
+    context = load_context(stored)
+    records = [] if context is None else context.holds.to_list()
+    from py_reactor.web._coordination import Reader, coordination
+
+    reader = Reader(store)
+    holds = [reader.hold(record, stored) for record in records]
+    if stored.status not in TERMINAL:  # a running step's holds reach the ledger at checkpoints
+        listed = {(h["primitive"], h["key"]) for h in holds}
+        holds += [
+            h
+            for h in coordination(store)["holds"]
+            if h["execution_id"] == stored.id and (h["primitive"], h["key"]) not in listed
+        ]
+    private = {} if context is None else dict(context.private)
+    detail.update(
+        inputs={} if context is None else dict(context.inputs),
+        results={} if context is None else dict(context.results),
+        trace=[] if context is None else list(context.trace),
+        outcome=stored.outcome,
+        holds=holds,
+        epoch=stored.epoch,
+        worker=stored.worker,
+        retry_of=private.get("retry_of"),
+        retried_by=store.client.hget(keys.execution(execution_id), "retried_by") or None,
+        actions=[name for name, accepted in ACTIONS.items() if stored.status in accepted],
+    )
+    return detail
+
+
+def load_context(stored: StoredExecution) -> Any:
+    try:
+        return loads_context(stored.context)
+    except SerializationError:
+        return None
+
+
+# -- parked executions ---------------------------------------------------------------------------
+
+
+def parked(store: RedisStore) -> dict[str, Any]:
+    """Every execution parked ("waiting"), soonest next attempt first."""
+    items = [
+        _parked_item(stored)
+        for stored in live_executions(store)
+        if stored.status == "waiting" and stored.waiting_on is not None
+    ]
+    items.sort(key=lambda item: item["next_attempt_at"] or 0)
+    return {"parked": items, "server_time": now_ms(store) / 1000}
+
+
+def _parked_item(stored: StoredExecution) -> dict[str, Any]:
+    waiting = stored.waiting_on or {}
+    return {
+        "execution_id": stored.id,
+        "reactor": stored.reactor,
+        "reactor_name": stored.reactor.rpartition(":")[2],
+        "status": stored.status,
+        "step": waiting.get("step"),
+        "primitive": waiting.get("primitive"),
+        "key": waiting.get("key"),
+        "attempt": waiting.get("attempt"),
+        "parks": stored.parks,
+        "next_attempt_at": waiting.get("until"),
+        "since": stored.updated_at,
+    }
+
+
+def live_executions(store: RedisStore) -> Iterator[StoredExecution]:
+    """The stored executions that have not ended (leased, due, or not terminal in the index)."""
+    client: Any = store.client  # redis-py's
+    ids: dict[str, None] = {}
+    for name in (keys.LEASES, keys.DUE):
+        ids.update(dict.fromkeys(str(i) for i in client.zrange(name, 0, -1)))
+    newest = [str(i) for i in client.zrevrange(keys.INDEX, 0, SCAN_IDS - 1)]
+    for start in range(0, len(newest), _BATCH):
+        batch = newest[start : start + _BATCH]
+        pipe = client.pipeline(transaction=False)
+        for execution_id in batch:
+            pipe.hget(keys.execution(execution_id), "status")
+        for execution_id, status in zip(batch, pipe.execute(), strict=True):
+            if status is not None and status not in TERMINAL:
+                ids[execution_id] = None
+    executions = ExecutionStore(store)
+    for execution_id in ids:
+        stored = executions.load(execution_id)
+        if stored is not None and stored.status not in TERMINAL:
+            yield stored
+
+
+def now_ms(store: RedisStore) -> int:
+    """The server clock in ms (holds expire on it, so ttls are computed against it)."""
+    try:
+        seconds, micros = store.client.time()
+        return int(seconds) * 1000 + int(micros) // 1000
+    except Exception:  # pragma: no cover - a server without TIME
+        return int(time.time() * 1000)

@@ -1,0 +1,101 @@
+"""Module-level reactors the dashboard tests run (a worker finds reactors by module:qualname)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from py_reactor import (
+    Reactor,
+    Result,
+    background,
+    step,
+    with_lock,
+    with_ordered_lock,
+    with_period,
+    with_rate_limit,
+    with_semaphore,
+)
+
+#: keys whose ``reserve`` step has been undone, in order (written by the undo hook).
+UNDONE: list[str] = []
+
+
+@background
+class Charge(Reactor):
+    """``reserve`` (undoable), then ``charge`` under the lock on ``key`` and a slot of
+    ``pool:<key>``."""
+
+    key: str
+    amount: int = 1
+
+    @step
+    def reserve(key: str, amount: int) -> str:
+        return f"reserved {amount}"
+
+    @reserve.undo
+    def unreserve(result: str, key: str, amount: int) -> None:
+        UNDONE.append(key)
+
+    @step(reserved=Result("reserve"))
+    @with_lock(lambda args: args["key"], ttl=30)
+    @with_semaphore(lambda args: f"pool:{args['key']}", limit=2, lease=30)
+    def charge(key: str, amount: int, reserved: str) -> int:
+        return amount * 100
+
+    returns = "charge"
+
+
+class RefundFailed(Exception):
+    """The compensation of ``Broken.pay`` fails too: a rollback failure."""
+
+
+@background
+@with_lock(lambda args: f"account:{args['key']}", ttl=30)
+class Broken(Reactor):
+    """``pay`` fails after ``book``; undoing ``book`` fails as well (a rollback failure)."""
+
+    key: str
+
+    @step
+    def book(key: str) -> str:
+        return "booked"
+
+    @book.undo
+    def unbook(result: str, key: str) -> None:
+        raise RefundFailed(f"cannot unbook {key}")
+
+    @step(booked=Result("book"))
+    def pay(key: str, booked: str) -> Any:
+        raise RuntimeError(f"card declined for {key}")
+
+    returns = "pay"
+
+
+#: test key -> an event the ``Gated.work`` step waits for (set it to let the step finish).
+GATES: dict[str, threading.Event] = {}
+#: test key -> set once ``Gated.work`` has started (it holds all its coordination then).
+STARTED: dict[str, threading.Event] = {}
+
+
+@background
+@with_lock(lambda args: f"outer:{args['key']}", ttl=30)
+class Gated(Reactor):
+    """A reactor-level lock, and a step under all five primitives that runs until its gate
+    opens: while it runs, the execution holds every kind of key."""
+
+    key: str
+
+    @step
+    @with_ordered_lock(lambda args: f"line:{args['key']}")
+    @with_period(lambda args: f"daily:{args['key']}", every="day")
+    @with_lock(lambda args: args["key"], ttl=30)
+    @with_semaphore(lambda args: f"pool:{args['key']}", limit=3, lease=30)
+    @with_rate_limit(lambda args: f"api:{args['key']}", limit=5, period="minute")
+    def work(key: str) -> str:
+        STARTED[key].set()
+        if not GATES[key].wait(20):
+            raise TimeoutError(f"the test never opened the gate of {key}")
+        return "worked"
+
+    returns = "work"
