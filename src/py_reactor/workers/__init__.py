@@ -98,12 +98,14 @@ def sweep() -> tuple[list[str], list[str]]:
     return worker.sweep()
 
 
-def stop() -> None:
-    """Stop this process's thread worker (tests; a new dispatch starts a new one)."""
+def stop(*, wait: bool = False) -> None:
+    """Stop this process's thread worker (tests; a new dispatch starts a new one); with
+    ``wait``, return once its dispatcher thread has ended, so that nothing asks the store for
+    work after the settings change."""
     global _worker
     from py_reactor.workers.threads import ThreadWorker
 
     with _lock:
         worker, _worker = _worker, None
     if isinstance(worker, ThreadWorker):
-        worker.stop()
+        worker.stop(wait=wait)

@@ -65,10 +65,15 @@ class ThreadWorker:
             self.submit(execution_id)
         return due, lapsed
 
-    def stop(self) -> None:
-        """Stop taking work (running executions finish)."""
+    def stop(self, *, wait: bool = False) -> None:
+        """Stop taking work (running executions finish); with ``wait``, return once the
+        dispatcher thread has ended (it asks the store for nothing more)."""
         self._stopped.set()
         self._pool.shutdown(wait=False, cancel_futures=True)
+        if wait and self._thread is not threading.current_thread():
+            from py_reactor.workers.loop import SWEEP_EVERY
+
+            self._thread.join(SWEEP_EVERY * 6)
 
     def _run(self, execution_id: str) -> None:
         try:
