@@ -34,6 +34,7 @@ from py_reactor.engine.executor import execute
 from py_reactor.engine.results import DispatchedResult, FailureResult, Outcome, ParkedResult
 from py_reactor.engine.serializer import dumps_context, loads_context
 from py_reactor.errors import DispatchError, ReactorError, SerializationError
+from py_reactor.observability._propagation import dispatching, worker_run
 from py_reactor.storage import keys
 from py_reactor.storage.executions import ExecutionStore, StoredExecution
 from py_reactor.workers.execution import outcome_to_dict
@@ -146,6 +147,7 @@ def dispatch(cls: type[Reactor], context: Context) -> None:
         DispatchError: ``worker="celery"`` cannot be used here (no ``redis_url``, or Celery is
             not installed), or a ``__main__`` reactor is sent to Celery.
     """
+    dispatching(context)  # middleware may store data with it (the OpenTelemetry trace context)
     config = get_config()
     if config.worker == "celery":
         try:
@@ -246,7 +248,8 @@ def run_execution(
     if on_claim is not None:
         on_claim(execution_id, epoch)
     try:
-        outcome = execute(cls, context, worker=mode)
+        with worker_run(context):  # middleware sees the run start and end (trace context, wake)
+            outcome = execute(cls, context, worker=mode)
     except StaleExecution:
         logger.warning("py_reactor: execution %s was claimed by another runner", execution_id)
         return "stale"
