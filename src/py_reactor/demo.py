@@ -296,9 +296,9 @@ def celery_workers(redis_url: str, count: int) -> Iterator[None]:
 
 
 def _wait_for_workers(redis_url: str, count: int) -> None:
-    from py_reactor.workers.celery import _default_sender
+    from py_reactor.workers.celery import current_sender
 
-    app = _default_sender(redis_url)
+    app = current_sender()  # the app that sends to redis_url (configured by run_demo)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         replies = app.control.ping(timeout=0.5) or []

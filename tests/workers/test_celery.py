@@ -570,18 +570,19 @@ def test_every_job_carries_ids_only(private_redis: PrivateRedis, key: str) -> No
     from py_reactor.workers import celery
 
     sent: list[Any] = []
-    real = celery._sender.send_task
+    sender = celery.current_sender()  # the one send() uses for this store's server
+    real = sender.send_task
 
     def spy(name: str, args: Any = None, **options: Any) -> Any:
         sent.append((name, args, options.get("priority")))
         return real(name, args=args, **options)
 
-    celery._sender.send_task = spy  # type: ignore[method-assign]
+    sender.send_task = spy  # type: ignore[method-assign]
     try:
         out = r.Three.run(key=key, n=5)
         out.wait(timeout=30)
     finally:
-        del celery._sender.send_task
+        del sender.send_task
     assert sent == [(celery.TASK, (out.execution_id, 0), celery.NEW_WORK_PRIORITY)]
 
 

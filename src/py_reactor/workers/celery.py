@@ -175,7 +175,7 @@ def send(
     and the recovery loop sends it again later.
     """
     config = get_config()
-    sender = _sender if _sender is not app else _default_sender(config.redis_url)
+    sender = current_sender()
     options: dict[str, Any] = {} if priority is None else {"priority": priority}
     try:
         sender.send_task(
@@ -189,6 +189,12 @@ def send(
             type(exc).__name__,
             exc,
         )
+
+
+def current_sender() -> Celery:
+    """The Celery app jobs are sent through now: the application's own (``install``), else
+    the default app for the configured store's server."""
+    return _sender if _sender is not app else _default_sender(get_config().redis_url)
 
 
 def _default_sender(redis_url: str | None) -> Celery:
