@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from py_reactor import configure
+from py_reactor import configure, workers
 from py_reactor.config import get_config
 from py_reactor.coordination import Lock
 from py_reactor.errors import LockAcquisitionError, StoreUnavailableError
@@ -29,11 +29,17 @@ SPAWN = multiprocessing.get_context("spawn")
 
 @pytest.fixture
 def folder() -> Iterator[str]:
-    """A new, short folder under /tmp with no server yet; its server is stopped afterwards."""
+    """A new, short folder under /tmp with no server yet; its server is stopped afterwards.
+
+    No thread worker runs meanwhile: its dispatcher asks the configured store for work, which
+    would start the folder's server again (as a next use does) the moment the test stops it.
+    """
+    workers.stop(wait=True)
     path = tempfile.mkdtemp(prefix="pyr-t-", dir="/tmp")
     try:
         yield path
     finally:
+        workers.stop(wait=True)
         for pid in _servers_in(path):  # by signal: cleanup must not depend on the code under test
             os.kill(pid, signal.SIGTERM)
         _until(lambda: not _servers_in(path), "the folder's server to exit")
