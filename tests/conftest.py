@@ -22,6 +22,16 @@ def _default_settings() -> Iterator[None]:
     reset()
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _no_worker_left_behind() -> Iterator[None]:
+    """Stop the thread worker a module started, once it is done: its dispatcher would go on
+    asking the store for work (commands other modules count, a stopped server restarted)."""
+    yield
+    from py_reactor import workers
+
+    workers.stop(wait=True)
+
+
 @pytest.fixture(scope="session")
 def private_redis() -> Iterator[PrivateRedis]:
     """A redis-server started for this test session on a free port; stopped at the end."""
