@@ -117,6 +117,8 @@ def test_the_coordination_page_shows_a_parked_run_as_waiting_not_failed(
         expect(page.locator(f'#holds tr[data-key="{key}"]')).to_contain_text(
             "outside any execution"
         )
+        # what the page showed while the run was parked (the end-of-test shot is after it)
+        page.screenshot(path=str(ARTIFACTS / "coordination-while-parked.png"), full_page=True)
     finally:
         held.release()
     until(lambda: status_of(waiting) == "completed", "the wake on release")
