@@ -584,3 +584,34 @@ def assert_parked_at(
                 f"{waiting.get('key')!r}, park {waiting.get('attempt')})",
             )
     return record
+
+
+def assert_paused_at(execution: object, step: str) -> Execution:
+    """Assert the execution is paused now (status ``"paused"``) at the interrupt ``step``: its
+    stored trace ends with the ``{"type": "paused", "step": step}`` entry a pause writes.
+
+    ``execution``: a ``DispatchedResult``/outcome or execution id (read from the store now), or
+    an :class:`~py_reactor.Execution` snapshot (checked as it was taken).
+
+    Returns:
+        The execution.
+    """
+    __tracebackhide__ = True
+    found = subject(execution, "assert_paused_at")
+    record = found.execution
+    if record is None:
+        fail(found, f"assert_paused_at: {found.label} is not stored, so it cannot be paused")
+    if record.status != "paused":
+        fail(
+            found,
+            f"expected {found.label} to be paused at step {step!r}, but it is {record.status}",
+        )
+    pauses = [e for e in record.trace if e.get("type") == "paused"]
+    at = pauses[-1].get("step") if pauses else None
+    if at != step:
+        where = "no step (its trace has no pause)" if at is None else f"step {at!r}"
+        fail(
+            found,
+            f"expected {found.label} to be paused at step {step!r}, but it is paused at {where}",
+        )
+    return record
