@@ -18,6 +18,9 @@ PROMISED_NOW = (
     "Step",
     "step",
     "compose",
+    "map_step",
+    "Element",
+    "MapResult",
     "async_step",
     "async_reactor",
     "Input",
@@ -42,11 +45,7 @@ PROMISED_NOW = (
 )
 
 #: Names DESIGN.md §2 says arrive with later work: never exported as stubs before then.
-ARRIVING_LATER = (
-    "map_step",
-    "interrupt",
-    "Element",
-)
+ARRIVING_LATER = ("interrupt",)
 
 #: Optional heavy dependencies that a bare ``import py_reactor`` must not pull in.
 HEAVY = ("celery", "redis", "starlette", "opentelemetry")

@@ -7,9 +7,11 @@ completed ones are rolled back by compensation. This module re-exports the publi
 from py_reactor.config import configure, get_config
 from py_reactor.coordination import Lock, OrderedLock, Period, RateLimit, Semaphore
 from py_reactor.dsl import (
+    Element,
     Failure,
     Halt,
     Input,
+    MapResult,
     Reactor,
     Result,
     RetryPolicy,
@@ -20,6 +22,7 @@ from py_reactor.dsl import (
     async_reactor,
     async_step,
     compose,
+    map_step,
     retries,
     step,
     with_lock,
@@ -49,6 +52,7 @@ __all__ = [
     "CancelledResult",
     "Context",
     "DispatchedResult",
+    "Element",
     "Execution",
     "Failure",
     "FailureResult",
@@ -56,6 +60,7 @@ __all__ = [
     "HaltedResult",
     "Input",
     "Lock",
+    "MapResult",
     "Middleware",
     "OrderedLock",
     "Outcome",
@@ -81,6 +86,7 @@ __all__ = [
     "find",
     "get_config",
     "loads_context",
+    "map_step",
     "retries",
     "step",
     "with_lock",

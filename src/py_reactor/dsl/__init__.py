@@ -9,17 +9,20 @@ from py_reactor.dsl.coordination import (
     with_semaphore,
 )
 from py_reactor.dsl.declaration import StepDeclaration, StepKind
+from py_reactor.dsl.map import MapResult, map_step
 from py_reactor.dsl.reactor import Reactor, StepPlan
 from py_reactor.dsl.retries import RetryPolicy, retries
 from py_reactor.dsl.signals import Failure, Halt, Signal, Skipped, Success
-from py_reactor.dsl.sources import Input, Result, Source, Value
+from py_reactor.dsl.sources import Element, Input, Result, Source, Value
 from py_reactor.dsl.step import Step, step
 from py_reactor.dsl.units import async_reactor, async_step
 
 __all__ = [
+    "Element",
     "Failure",
     "Halt",
     "Input",
+    "MapResult",
     "Reactor",
     "Result",
     "RetryPolicy",
@@ -35,6 +38,7 @@ __all__ = [
     "async_reactor",
     "async_step",
     "compose",
+    "map_step",
     "retries",
     "step",
     "with_lock",

@@ -62,6 +62,7 @@ class StepKind(enum.Enum):
     CLASS = "class"  # a Step subclass
     INLINE = "inline"  # a plain function declared with @step
     REACTOR = "reactor"  # a child reactor, declared with compose()
+    MAP = "map"  # a child reactor run once per element, declared with map_step()
 
 
 class StepDeclaration:
@@ -96,6 +97,10 @@ class StepDeclaration:
         self.name: str | None = None
         #: An async unit (``async_step`` / ``async_reactor``): dispatched as its own execution.
         self.asynchronous = False
+        #: A map step's elements (``source=``), ``"fail_fast"``/``"collect"``, and batch size.
+        self.items: Any = None
+        self.mode: str = "fail_fast"
+        self.batch_size: int = 50
         if kind is StepKind.INLINE:
             carrier = target if declared_on is None else declared_on
             inherited = getattr(carrier, RETRY_ATTRIBUTE, None)
@@ -139,7 +144,7 @@ class StepDeclaration:
         if self.kind is StepKind.INLINE:
             declared: Mapping[str, Any] = self.__dict__.get("_coordination", _NONE)
             return declared
-        if self.kind is StepKind.REACTOR:
+        if self.kind in (StepKind.REACTOR, StepKind.MAP):
             return _NONE
         target_coordination: Mapping[str, Any] = self.target.coordination
         return target_coordination

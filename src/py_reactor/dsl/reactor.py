@@ -23,13 +23,16 @@ from py_reactor.dsl.declaration import (
     bare_decorator,
 )
 from py_reactor.dsl.registry import register
-from py_reactor.dsl.sources import Input, Result, Source
+from py_reactor.dsl.sources import Element, Input, Result, Source
 from py_reactor.errors import DefinitionError
 
 if TYPE_CHECKING:
     from py_reactor.engine.results import Outcome
 
-__all__ = ["REACTOR_RESERVED", "Reactor", "StepPlan"]
+__all__ = ["ITEMS", "REACTOR_RESERVED", "Reactor", "StepPlan"]
+
+#: The argument a map step's elements arrive in (its ``source``), beside the child's inputs.
+ITEMS = "__items__"
 
 #: Names a reactor may not use for a step or an input.
 REACTOR_RESERVED = frozenset({"returns", "coordination", "run"})
@@ -273,6 +276,17 @@ def _plan_step(
             )
     if decl.kind is StepKind.INLINE:
         decl.check_hooks(where, **at)
+    for arg, source in arguments:
+        if isinstance(source, Element) and (decl.kind is not StepKind.MAP or source.step != name):
+            raise DefinitionError(
+                f"{where}: argument {arg!r} reads Element({source.step!r}); Element names the "
+                "current element of a map_step, inside that map_step's own wiring"
+                + (f" (this one is {name!r})" if decl.kind is StepKind.MAP else ""),
+                **at,
+            )
+    items = getattr(decl, "items", None)
+    if decl.kind is StepKind.MAP and isinstance(items, Input | Result):
+        arguments.append((ITEMS, items))
     depends_on: list[str] = []
     for arg, source in arguments:
         if isinstance(source, Input) and source.name not in inputs.fields:
@@ -309,7 +323,7 @@ def _names(names: Mapping[str, Any]) -> str:
 def _what(decl: StepDeclaration) -> str:
     if decl.kind is StepKind.CLASS:
         return f"step class {decl.target.__qualname__}"
-    if decl.kind is StepKind.REACTOR:
+    if decl.kind in (StepKind.REACTOR, StepKind.MAP):
         return f"reactor {decl.target.__qualname__}"
     return f"inline step {decl.target.__qualname__}"
 

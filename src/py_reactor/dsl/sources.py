@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Input", "Result", "Source", "Value"]
+__all__ = ["Element", "Input", "Result", "Source", "Value"]
 
 Transform = Callable[[Any], Any]
 
@@ -45,7 +45,23 @@ class Value:
     value: Any
 
 
-Source = Input | Result | Value
+@dataclass(frozen=True, slots=True)
+class Element:
+    """Inside ``map_step``: the current element of the map step ``step`` (or its ``field``),
+    optionally passed through ``transform``."""
+
+    step: str
+    field: str | None = None
+    transform: Transform | None = None
+
+    def __post_init__(self) -> None:
+        _check_name("Element", self.step)
+        if self.field is not None:
+            _check_name("Element field", self.field)
+        _check_transform("Element", self.transform)
+
+
+Source = Input | Result | Value | Element
 
 
 def _check_name(what: str, name: object) -> None:

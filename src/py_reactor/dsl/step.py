@@ -17,7 +17,7 @@ from py_reactor.dsl.declaration import (
     bare_decorator,
 )
 from py_reactor.dsl.registry import register
-from py_reactor.dsl.sources import Input, Result, Source, Value
+from py_reactor.dsl.sources import Element, Input, Result, Source, Value
 from py_reactor.errors import DefinitionError
 
 if TYPE_CHECKING:
@@ -151,7 +151,7 @@ def normalize_wiring(owner: str, wiring: Mapping[str, Any]) -> dict[str, Source]
     """Check that every wired argument names a source; ``wait_for`` is not an argument."""
     sources: dict[str, Source] = {}
     for name, source in wiring.items():
-        if not isinstance(source, Input | Result | Value):
+        if not isinstance(source, Input | Result | Value | Element):
             raise DefinitionError(
                 f"{owner}: argument {name!r} must be wired to Input(...), Result(...) or "
                 f"Value(...), got {source!r}; wrap constants in Value(...)"

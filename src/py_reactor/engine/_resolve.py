@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from py_reactor.dsl.reactor import StepPlan
-from py_reactor.dsl.sources import Input, Result
+from py_reactor.dsl.sources import Element, Input, Result
 from py_reactor.engine.context import Context
 from py_reactor.errors import ArgumentResolutionError
 
@@ -21,6 +21,9 @@ def resolve_arguments(plan: StepPlan, context: Context, reactor: str) -> dict[st
     """
     args: dict[str, Any] = {}
     for name, source in plan.arguments:
+        if isinstance(source, Element):
+            args[name] = source  # a map step reads it per element
+            continue
         if isinstance(source, Input):
             value = context.inputs[source.name]
         elif isinstance(source, Result):
@@ -32,14 +35,16 @@ def resolve_arguments(plan: StepPlan, context: Context, reactor: str) -> dict[st
     return args
 
 
-def read_source(source: Input | Result, value: Any, arg: str, step: str, reactor: str) -> Any:
+def read_source(
+    source: Input | Result | Element, value: Any, arg: str, step: str, reactor: str
+) -> Any:
     """What argument ``arg`` of ``step`` receives from ``source``, given the input or result
     ``value`` it reads: the result's field, if named, then the transform, if any.
 
     Raises:
         ArgumentResolutionError: the result has no such field, or the transform raised.
     """
-    if isinstance(source, Result) and source.field is not None:
+    if isinstance(source, Result | Element) and source.field is not None:
         value = _field(value, source.field, source.step, arg, step, reactor)
     transform = source.transform
     if transform is None:

@@ -7,12 +7,15 @@ The step runner and rollback call ``guard()``, ``run()``, ``compensate(error)`` 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable, Mapping
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from py_reactor.dsl._inputs import Inputs
 from py_reactor.dsl.declaration import StepDeclaration, StepKind
 from py_reactor.dsl.registry import class_path
 from py_reactor.dsl.signals import Failure, Halt, Success
+from py_reactor.dsl.sources import Element
 from py_reactor.dsl.step import Step
 from py_reactor.engine.context import Context, Status
 from py_reactor.engine.results import nested_failure
@@ -20,7 +23,7 @@ from py_reactor.engine.results import nested_failure
 if TYPE_CHECKING:
     from py_reactor.engine._run import Run
 
-__all__ = ["defines", "make_unit"]
+__all__ = ["defines", "element_key", "make_unit"]
 
 
 def make_unit(decl: StepDeclaration, name: str, values: dict[str, Any], run: Run) -> Any:
@@ -29,6 +32,8 @@ def make_unit(decl: StepDeclaration, name: str, values: dict[str, Any], run: Run
         return decl.target(Inputs(values), run.context)
     if decl.kind is StepKind.INLINE:
         return _InlineUnit(decl, values)
+    if decl.kind is StepKind.MAP:
+        return _MapUnit(decl, name, values, run)
     return _ReactorUnit(decl, name, values, run)
 
 
@@ -44,6 +49,8 @@ def defines(decl: StepDeclaration, hook: str) -> bool:
             if hook == "undo"
             else None
         ) is not None
+    if decl.kind is StepKind.MAP:  # a failed map undoes the elements done before the failure
+        return hook == "compensate"
     return False  # a child reactor rolls itself back; its undo is handled by rollback
 
 
@@ -111,6 +118,104 @@ class _ReactorUnit:
         return Failure(outcome.error, retryable=getattr(outcome, "retryable", False))
 
     def compensate(self, error: Any) -> Any:
+        return None
+
+    def undo(self, result: Any) -> Any:
+        return None
+
+
+def element_key(step: str, index: int) -> str:
+    """Where a map step's element ``index`` keeps its context: ``children["<step>[<i>]"]``."""
+    return f"{step}[{index}]"
+
+
+class _MapUnit:
+    """Runs a map step's child reactor once per element, one after the other, each as a
+    composed child of the run (same root id), so an element that parks parks the run and
+    resumes where it stopped; elements that ended are not run again."""
+
+    __slots__ = ("child", "decl", "name", "parent", "values")
+
+    def __init__(self, decl: StepDeclaration, name: str, values: dict[str, Any], parent: Run):
+        self.decl = decl
+        self.name = name
+        self.values = values
+        self.parent = parent
+        self.child: Any = None  # the failing element's outcome (fail_fast)
+
+    def guard(self) -> Any:
+        return None
+
+    def run(self) -> Any:
+        from py_reactor.dsl.reactor import ITEMS
+        from py_reactor.engine._resolve import read_source
+        from py_reactor.engine.executor import execute
+
+        child_cls = self.decl.target
+        run, context = self.parent, self.parent.context
+        values = dict(self.values)
+        items = values.pop(ITEMS, None)
+        if ITEMS not in self.values:
+            items = self.decl.items(MappingProxyType(dict(context.inputs)))
+        if isinstance(items, str | bytes | Mapping) or not isinstance(items, Iterable):
+            return Failure(
+                TypeError(
+                    f"map step {self.name!r} of {run.reactor_name}: its source gave "
+                    f"{type(items).__name__} {items!r:.80}; it must give a list of elements"
+                ),
+                retryable=False,
+            )
+        collect = self.decl.mode == "collect"
+        done: dict[int, Any] = {}
+        failed: dict[int, str] = {}
+        for index, element in enumerate(list(items)):
+            key = element_key(self.name, index)
+            child = context.children.get(key)
+            if child is not None and child.status is Status.COMPLETED:
+                done[index] = child.results.get(child_cls.returns) if child_cls.returns else None
+                continue
+            if child is not None and child.status is Status.FAILED and collect:
+                failed[index] = str(child.private.get("map_error", "failed"))
+                continue
+            if child is None or child.status is not Status.WAITING:
+                inputs = {
+                    arg: read_source(value, element, arg, self.name, run.reactor_name)
+                    if isinstance(value, Element)
+                    else value
+                    for arg, value in values.items()
+                }
+                child = context.child(class_path(child_cls), inputs)
+                context.children[key] = child
+            worker = run.worker
+            if worker is not None:  # parks inside an element are named "<step>[<i>].<its step>"
+                worker = dataclasses.replace(worker, prefix=f"{worker.prefix}{key}.")
+            outcome = execute(child_cls, child, middleware=run.middleware, worker=worker)
+            if outcome.status == "waiting":
+                return outcome.parked  # type: ignore[attr-defined]
+            if outcome.status == "halted":
+                return Halt(getattr(outcome, "reason", "halted"))
+            if outcome.status == "completed":
+                done[index] = outcome.value
+                continue
+            for failure in getattr(outcome, "rollback_failures", ()):
+                run.rollback_failures.append(nested_failure(key, failure))
+            if not collect:
+                self.child = outcome
+                return Failure(outcome.error, retryable=getattr(outcome, "retryable", False))
+            failed[index] = str(outcome.error)
+            child.private["map_error"] = failed[index]
+        count = len(done) + len(failed)
+        ordered = [done.get(i) for i in range(count)]
+        if not collect:
+            return Success(ordered)
+        from py_reactor.dsl.map import MapResult
+
+        return Success(MapResult(values=ordered, successes=done, failures=failed))
+
+    def compensate(self, error: Any) -> Any:
+        from py_reactor.engine.compensation import undo_elements
+
+        undo_elements(self.parent, self.name, self.decl)
         return None
 
     def undo(self, result: Any) -> Any:

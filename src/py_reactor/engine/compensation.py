@@ -26,7 +26,7 @@ from py_reactor.engine.results import RollbackFailure, nested_failure
 from py_reactor.errors import CoordinationError
 from py_reactor.observability import events as ev
 
-__all__ = ["rollback", "undo_completed"]
+__all__ = ["rollback", "undo_completed", "undo_elements"]
 
 
 def rollback(
@@ -72,12 +72,31 @@ def undo_completed(run: Run, declarations: Mapping[str, StepDeclaration]) -> Non
         decl = declarations[name]
         if decl.kind is StepKind.REACTOR:
             _undo_child(run, name, decl)
+        elif decl.kind is StepKind.MAP:
+            undo_elements(run, name, decl)
         elif defines(decl, "undo"):
             values = context.arguments.get(name, {})
             unit = make_unit(decl, name, values, run)
             _call(run, "undo", name, partial(unit.undo, context.results.get(name)), decl, values)
         context.completed.pop()
         context.results.pop(name, None)
+
+
+def undo_elements(run: Run, name: str, decl: StepDeclaration) -> None:
+    """Undo the elements of map step ``name`` that completed, highest index first (each as a
+    composed child is undone); an element is forgotten once undone, so a resumed rollback
+    does not undo it twice."""
+    prefix = f"{name}["
+    indexes = sorted(
+        (int(key[len(prefix) : -1]) for key in run.context.children if key.startswith(prefix)),
+        reverse=True,
+    )
+    for index in indexes:
+        key = f"{prefix}{index}]"
+        child = run.context.children.get(key)
+        if child is not None and child.status is Status.COMPLETED:
+            _undo_child(run, key, decl)
+        run.context.children.pop(key, None)
 
 
 def _undo_child(run: Run, name: str, decl: StepDeclaration) -> None:

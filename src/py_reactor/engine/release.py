@@ -58,8 +58,8 @@ def _tree(cls: type[Reactor], context: Context) -> Iterator[tuple[str, type[Reac
     yield context.execution_id, cls
     plan = cls.__py_reactor_plan__
     for name, child in context.children.items():
-        step = plan.get(name)
-        if step is not None and step.declaration.kind is StepKind.REACTOR:
+        step = plan.get(name.partition("[")[0])  # a map step's element: "<step>[<i>]"
+        if step is not None and step.declaration.kind in (StepKind.REACTOR, StepKind.MAP):
             yield from _tree(step.declaration.target, child)
 
 

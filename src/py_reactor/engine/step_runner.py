@@ -14,7 +14,7 @@ from types import MappingProxyType
 from typing import Any
 
 from py_reactor.coordination.scope import Admission
-from py_reactor.dsl.declaration import StepDeclaration
+from py_reactor.dsl.declaration import StepDeclaration, StepKind
 from py_reactor.dsl.reactor import StepPlan
 from py_reactor.dsl.retries import RetryPolicy
 from py_reactor.dsl.signals import Failure, Halt, Skipped, Success
@@ -100,7 +100,13 @@ def run_resolved(
     if started is None:
         started = time.time()
     try:
-        values = decl.contract.validate(args, reactor=run.reactor_name, step=name)
+        # A map step's arguments are its elements and the child's inputs: each element's
+        # inputs are validated by the child's own run.
+        values = (
+            args
+            if decl.kind is StepKind.MAP
+            else decl.contract.validate(args, reactor=run.reactor_name, step=name)
+        )
     except InputValidationError as exc:
         return refused(run, name, exc, args, started, validation_errors=exc.errors)
     unit = make_unit(decl, name, values, run)

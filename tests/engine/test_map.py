@@ -1,0 +1,116 @@
+"""map_step: a reactor run once per element, in order; fail_fast and collect; rollback of the
+elements highest index first; a contended element parks the run in a worker and completes."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from py_reactor import Element, Input, Lock, MapResult, Reactor, configure, find, map_step, step
+from py_reactor.errors import DefinitionError
+from tests.engine import _map_reactors as m
+
+
+@pytest.fixture(autouse=True)
+def _store(redis_url: str) -> Iterator[None]:
+    configure(redis_url=redis_url, park_delay=30.0, park_jitter=0.0)
+    yield
+    m.LOG.clear()
+
+
+def test_each_element_runs_the_child_and_the_values_keep_element_order(key: str) -> None:
+    outcome = m.Charges.run(key=key, items=[5, 7, 9])
+    assert outcome.is_success, outcome
+    assert outcome.value == ["5 eur", "7 eur", "9 eur"]
+    assert m.LOG[key] == ["open", "charge 5", "charge 7", "charge 9"]
+    assert set(outcome.context.children) == {"charges[0]", "charges[1]", "charges[2]"}
+
+
+def test_elements_from_a_function_with_fields_and_transforms(key: str) -> None:
+    outcome = m.FromRecords.run(key=key, count=2)
+    assert outcome.is_success, outcome
+    assert outcome.value == ["1 usd", "2 usd"]
+
+
+def test_an_empty_source_gives_an_empty_list(key: str) -> None:
+    outcome = m.Charges.run(key=key, items=[])
+    assert outcome.is_success
+    assert outcome.value == []
+
+
+def test_fail_fast_undoes_the_done_elements_highest_index_first(key: str) -> None:
+    outcome = m.Charges.run(key=key, items=[1, 2, 3, 13, 4])
+    assert outcome.status == "failed"
+    assert outcome.step_name == "charges"
+    assert "declined 13" in str(outcome.error)
+    assert outcome.child is not None
+    assert outcome.child.step_name == "charge"
+    assert m.LOG[key] == [
+        "open", "charge 1", "charge 2", "charge 3", "charge 13",
+        "refund 3", "refund 2", "refund 1", "close",
+    ]  # fmt: skip
+
+
+def test_a_later_failure_undoes_every_element_highest_index_first(key: str) -> None:
+    outcome = m.Charges.run(key=key, items=[1, 2, 3], fail_after=True)
+    assert outcome.status == "failed"
+    assert outcome.step_name == "settle"
+    assert m.LOG[key][-4:] == ["refund 3", "refund 2", "refund 1", "close"]
+
+
+def test_collect_runs_every_element_and_reports_failures_by_index(key: str) -> None:
+    outcome = m.Collects.run(key=key, items=[1, 13, 3])
+    assert outcome.is_success, outcome
+    result = outcome.value
+    assert isinstance(result, MapResult)
+    assert result.values == ["1 eur", None, "3 eur"]
+    assert result.successes == {0: "1 eur", 2: "3 eur"}
+    assert list(result.failures) == [1]
+    assert "declined 13" in result.failures[1]
+    assert m.LOG[key] == ["charge 1", "charge 13", "charge 3"]
+
+
+def test_a_contended_element_parks_the_run_and_completes_once_free(key: str) -> None:
+    with Lock(f"{key}:card", ttl=30, wait=0):
+        out = m.BgCharges.run(key=key, items=[1, 2])
+        deadline = time.monotonic() + 10
+        while (found := find(out.execution_id)) is None or found.status != "waiting":
+            assert time.monotonic() < deadline, "the element never parked"
+            time.sleep(0.01)
+        assert found.waiting_on is not None
+        assert found.waiting_on["step"] == "charges[0].charge"
+        assert found.waiting_on["key"] == f"{key}:card"
+        assert "charge 1" not in m.LOG.get(key, [])
+    done = out.wait(timeout=10)  # the release woke it (park_delay is 30 s)
+    assert done.is_success, done
+    assert done.value == ["1 eur", "2 eur"]
+    assert m.LOG[key].count("charge 1") == 1
+
+
+def test_map_mistakes_are_refused_at_definition() -> None:
+    with pytest.raises(DefinitionError, match="mode= takes"):
+        map_step(m.ChargeOne, source=Input("items"), mode="all")
+    with pytest.raises(DefinitionError, match="source= takes"):
+        map_step(m.ChargeOne, source=[1, 2])  # type: ignore[arg-type]
+    with pytest.raises(DefinitionError, match=r"fan_out=True .* not built yet"):
+        map_step(m.ChargeOne, source=lambda i: [], fan_out=True)
+    with pytest.raises(DefinitionError, match="batch_size"):
+        map_step(m.ChargeOne, source=lambda i: [], batch_size=0)
+    with pytest.raises(DefinitionError, match="Element names the current element of a map_step"):
+
+        class Wrong(Reactor):
+            key: str
+
+            @step(amount=Element("elsewhere"))
+            def one(key: str, amount: int) -> int:
+                return amount
+
+
+def test_a_collected_result_is_stored_as_a_plain_mapping(key: str) -> None:
+    done = m.BgCollects.run(key=key, items=[2, 13]).wait(timeout=10)
+    assert done.is_success, done
+    assert done.value["values"] == ["2 eur", None]
+    assert done.value["successes"] == {"0": "2 eur"}
+    assert list(done.value["failures"]) == ["1"]
