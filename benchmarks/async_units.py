@@ -27,12 +27,8 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import shutil
-import signal
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -45,6 +41,7 @@ import redis  # noqa: E402
 
 from benchmarks._async_reactors import FAN, BackgroundFan, Fan, Plain, Reach  # noqa: E402
 from benchmarks._server import PrivateRedis  # noqa: E402
+from benchmarks._workers import Workers  # noqa: E402
 from py_reactor import SuccessResult, configure, get_config, workers  # noqa: E402
 from py_reactor.storage import keys  # noqa: E402
 from py_reactor.workers.celery import app  # noqa: E402
@@ -66,75 +63,6 @@ def pct(samples: list[float], q: float) -> float:
 
 
 # --------------------------------------------------------------------------- workers
-
-
-class Workers:
-    """``count`` ``py-reactor worker`` processes importing ``MODULE``, each its own process
-    group, stopped here (as background.py starts its own)."""
-
-    def __init__(self, url: str, count: int, concurrency: int, loglevel: str) -> None:
-        self.folder = Path(tempfile.mkdtemp(prefix="pyr-bench-workers-"))
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
-        self.processes: list[subprocess.Popen[bytes]] = []
-        self.logs: list[Path] = []
-        for number in range(count):
-            log = self.folder / f"worker-{number}.log"
-            command = [
-                sys.executable, "-m", "py_reactor.cli", "worker", "--redis-url", url,
-                "--import", MODULE, "--concurrency", str(concurrency), "--loglevel", loglevel,
-            ]  # fmt: skip
-            with log.open("wb") as out:
-                self.processes.append(
-                    subprocess.Popen(
-                        command,
-                        cwd=ROOT,
-                        env=env,
-                        stdout=out,
-                        stderr=subprocess.STDOUT,
-                        start_new_session=True,
-                    )
-                )
-            self.logs.append(log)
-
-    def wait_ready(self, timeout: float = 60.0) -> float:
-        """Seconds until every worker answers a ping (its consumer is up)."""
-        started = time.monotonic()
-        while True:
-            for process, log in zip(self.processes, self.logs, strict=True):
-                if process.poll() is not None:
-                    raise RuntimeError(f"a worker exited: {log.read_text()[-2000:]}")
-            replies = app.control.ping(timeout=0.5)
-            if len(replies) >= len(self.processes):
-                return time.monotonic() - started
-            if time.monotonic() - started > timeout:
-                raise TimeoutError(f"{len(replies)} of {len(self.processes)} workers answered")
-
-    def stop(self, keep_logs: bool = False) -> None:
-        """Stop every worker (SIGTERM to its process group, SIGKILL after 10 s); their logs
-        are removed unless ``keep_logs``."""
-        for process in self.processes:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
-        deadline = time.monotonic() + 10
-        for process in self.processes:
-            try:
-                process.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait(5)
-        if keep_logs:
-            print(f"worker logs kept in {self.folder}")
-        else:
-            shutil.rmtree(self.folder, ignore_errors=True)
-
-    def errors(self) -> list[str]:
-        found = []
-        for log in self.logs:
-            for line in log.read_text(errors="replace").splitlines():
-                if "ERROR" in line or "Traceback" in line:
-                    found.append(f"{log.name}: {line}")
-        return found
 
 
 # --------------------------------------------------------------------------- measurements
@@ -401,7 +329,9 @@ def main() -> None:
         if args.backend in ("both", "celery"):
             configure(worker="celery", redis_url=server.url)
             app.conf.broker_url = server.url
-            celery_workers = Workers(server.url, args.workers, args.concurrency, args.loglevel)
+            celery_workers = Workers(
+                server.url, MODULE, args.workers, args.concurrency, args.loglevel
+            )
             ready = celery_workers.wait_ready()
             print(
                 f"celery: {args.workers} worker processes x --concurrency {args.concurrency} "
