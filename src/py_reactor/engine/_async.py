@@ -27,7 +27,7 @@ from py_reactor.dsl.registry import class_path, lookup
 from py_reactor.dsl.sources import Input, Result, Value
 from py_reactor.engine._park import backstop, park
 from py_reactor.engine._resolve import read_source, resolve_arguments
-from py_reactor.engine._run import Parked, Run, StepFailure
+from py_reactor.engine._run import Parked, Run, StepFailure, error_text
 from py_reactor.engine.context import Context
 from py_reactor.engine.handoff import unit_backend
 from py_reactor.errors import (
@@ -100,8 +100,11 @@ def dispatch_unit(run: Run, cls: type[Reactor], plan: StepPlan) -> Any:
         return Sent(units[name]["id"])
     deferred: dict[str, str] = {}
     for arg, source in plan.arguments:
-        pending = isinstance(source, Result) and source.step not in context.results
-        if pending and isinstance(source, Result) and source.step in units:
+        if (
+            isinstance(source, Result)
+            and source.step in units
+            and source.step not in context.results
+        ):
             ended = unit_backend().wait(units[source.step]["id"], 0)
             if ended is None:
                 deferred[arg] = units[source.step]["id"]
@@ -317,7 +320,12 @@ def take(run: Run, name: str, outcome: Outcome) -> Any:
         return Halted(reason)
     error = outcome.error
     run.record(
-        "failed", name, started, execution_id=entry["id"], error=_text(error), asynchronous=True
+        "failed",
+        name,
+        started,
+        execution_id=entry["id"],
+        error=error_text(error),
+        asynchronous=True,
     )
     run.emit(ev.StepFailed, name, attempt=getattr(outcome, "attempts", 0), error=error)
     return StepFailure(
@@ -344,7 +352,7 @@ def await_inputs(run: Run) -> Any:
         source, step = _source_of(origin, arg)
         if outcome.status != "completed" or source is None:
             why = (
-                f"the unit it reads ended {outcome.status}: {_text(outcome.error)}"
+                f"the unit it reads ended {outcome.status}: {error_text(outcome.error)}"
                 if outcome.status != "completed"
                 else f"{origin.get('reactor')} no longer wires it to a Result"
             )
@@ -419,16 +427,10 @@ def _timed_out(
         reactor=run.reactor_name,
         step=step,
     )
-    run.record("failed", step, time.time(), error=_text(error), execution_id=execution_id)
+    run.record("failed", step, time.time(), error=error_text(error), execution_id=execution_id)
     run.emit(ev.StepFailed, step, attempt=0, error=error)
     return StepFailure(step, error, retryable=False, work_started=False)
 
 
 def _is_outcome(value: Any) -> bool:
     return not isinstance(value, Parked | StepFailure)
-
-
-def _text(error: Any) -> str:
-    if isinstance(error, BaseException):
-        return f"{type(error).__name__}: {error}"
-    return str(error)

@@ -21,6 +21,7 @@ __all__ = [
     "StepFailure",
     "WorkerMode",
     "describe_exception",
+    "error_text",
 ]
 
 #: A failure's backtrace keeps at most this many trailing characters.
@@ -154,3 +155,10 @@ def describe_exception(error: Any) -> tuple[str | None, str | None]:
     )
     text = "".join(traceback.format_exception(error))
     return name, text[-MAX_BACKTRACE_CHARS:]
+
+
+def error_text(error: Any) -> str:
+    """A readable, JSON-friendly rendering of an error for the trace."""
+    if isinstance(error, BaseException):
+        return f"{type(error).__name__}: {error}"
+    return str(error)

@@ -22,9 +22,9 @@ from py_reactor.engine._async import await_units
 from py_reactor.engine._coordinate import StepGate
 from py_reactor.engine._park import park_or_fail
 from py_reactor.engine._resolve import resolve_arguments
-from py_reactor.engine._run import Parked, Run, StepFailure
+from py_reactor.engine._run import Parked, Run, StepFailure, error_text
 from py_reactor.engine._units import defines, make_unit
-from py_reactor.engine.results import FailureResult, HaltedResult, SuccessResult
+from py_reactor.engine.results import FailureResult, HaltedResult, Outcome, SuccessResult
 from py_reactor.errors import ArgumentResolutionError, CoordinationError, InputValidationError
 from py_reactor.observability import events as ev
 
@@ -202,7 +202,12 @@ def _attempts(
         if policy is not None and _retrying(failure, attempt, policy):
             delay = policy.delay(attempt)
             run.record(
-                "retry", name, started, attempt=attempt, error=_text(failure.error), delay=delay
+                "retry",
+                name,
+                started,
+                attempt=attempt,
+                error=error_text(failure.error),
+                delay=delay,
             )
             run.emit(ev.StepRetried, name, attempt=attempt, delay=delay, error=failure.error)
             if delay > 0 and run.worker is not None:  # never sleep in a worker: come back later
@@ -219,7 +224,7 @@ def _attempts(
                 started,
                 attempt=attempt,
                 arguments=values,
-                error=_text(failure.error),
+                error=error_text(failure.error),
                 **where,
             )
             run.emit(ev.StepFailed, name, attempt=attempt, error=failure.error)
@@ -280,7 +285,7 @@ def contended(
         started,
         attempt=attempts,
         arguments=values,
-        error=_text(exc),
+        error=error_text(exc),
         refused_by="coordination",
         primitive=exc.primitive,
         key=exc.key,
@@ -305,6 +310,8 @@ def _as_signal(raw: Any) -> Success | Failure | Halt | Skipped | Parked:
     (a contention there included: an ordinary failure of this step, never a park)."""
     if isinstance(raw, Success | Failure | Halt | Skipped | Parked):
         return raw
+    if not isinstance(raw, Outcome):  # the common case: a plain value
+        return Success(raw)
     if isinstance(raw, FailureResult):
         return Failure(raw.error, retryable=raw.retryable)
     if isinstance(raw, HaltedResult):
@@ -348,7 +355,7 @@ def _settle_early(
         started,
         attempt=0,
         arguments=values,
-        error=_text(verdict.error),
+        error=error_text(verdict.error),
         refused_by="guard",
     )
     run.emit(ev.StepFailed, name, attempt=0, error=verdict.error)
@@ -403,7 +410,7 @@ def refused(
     *,
     validation_errors: list[dict[str, Any]] | None = None,
 ) -> StepFailure:
-    run.record("failed", name, started, attempt=0, arguments=args, error=_text(exc))
+    run.record("failed", name, started, attempt=0, arguments=args, error=error_text(exc))
     run.emit(ev.StepFailed, name, attempt=0, error=exc)
     return StepFailure(
         name,
@@ -413,10 +420,3 @@ def refused(
         arguments=args,
         validation_errors=list(validation_errors or []),
     )
-
-
-def _text(error: Any) -> str:
-    """A readable, JSON-friendly rendering of an error for the trace."""
-    if isinstance(error, BaseException):
-        return f"{type(error).__name__}: {error}"
-    return str(error)

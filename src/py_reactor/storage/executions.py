@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from py_reactor.storage import keys
-from py_reactor.storage import keys as keys_
 from py_reactor.storage.redis import RedisStore
 
 __all__ = ["ExecutionStore", "StoredExecution"]
@@ -177,12 +176,12 @@ class ExecutionStore:
 
         A terminal ``status`` wakes the executions parked waiting for this one to end.
         """
-        keys = (
+        names = (
             record_key(execution_id),
             LEASES_KEY,
             DUE_KEY,
             parked_on or "",
-            keys_.parked(keys_.AWAITED, execution_id),
+            keys.parked(keys.AWAITED, execution_id),
             READY_KEY,
             "" if awaiting is None else record_key(awaiting),
         )
@@ -197,7 +196,7 @@ class ExecutionStore:
             "" if due_in is None else _ms(due_in),
             "1" if park else "0",
         )
-        return bool(self.store.run_script("execution_checkpoint", keys, args))
+        return bool(self.store.run_script("execution_checkpoint", names, args))
 
     def take(self, execution_id: str, status: str, allowed: tuple[str, ...]) -> tuple[int, str]:
         """Take ``execution_id`` for an operation: set ``status`` if it is in one of
@@ -208,15 +207,15 @@ class ExecutionStore:
             ``(new epoch, previous status)``; ``(0, status)`` when refused; ``(-1, "")`` for an
             unknown id.
         """
-        keys = (
+        names = (
             record_key(execution_id),
             LEASES_KEY,
             DUE_KEY,
-            keys_.parked(keys_.AWAITED, execution_id),
+            keys.parked(keys.AWAITED, execution_id),
             READY_KEY,
         )
         epoch, previous = self.store.run_script(
-            "execution_take", keys, (execution_id, status, *allowed)
+            "execution_take", names, (execution_id, status, *allowed)
         )
         return int(epoch), str(previous)
 
