@@ -231,3 +231,12 @@ class Composer(Reactor):
         return x + 1
 
     returns = "after"
+
+
+@background
+class Ping(Reactor):
+    """The workers' warm-up: one job through the module's queue before the first test."""
+
+    @step
+    def pong() -> str:
+        return "pong"
