@@ -63,6 +63,7 @@ class StepKind(enum.Enum):
     INLINE = "inline"  # a plain function declared with @step
     REACTOR = "reactor"  # a child reactor, declared with compose()
     MAP = "map"  # a child reactor run once per element, declared with map_step()
+    INTERRUPT = "interrupt"  # a pause until Reactor.resume(...) brings a payload: interrupt()
 
 
 class StepDeclaration:

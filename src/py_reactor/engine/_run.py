@@ -16,6 +16,7 @@ from py_reactor.observability.middleware import Middleware, emit
 __all__ = [
     "MAX_BACKTRACE_CHARS",
     "Parked",
+    "Paused",
     "Run",
     "StaleExecution",
     "StepFailure",
@@ -72,6 +73,22 @@ class Parked:
     delay: float | None
 
 
+@dataclass(slots=True)
+class Paused:
+    """The run stopped at an interrupt step: stored ``paused`` until a resume brings the
+    payload (or its timeout fails the step).
+
+    Attributes:
+        step: the interrupt step, as a dotted path from the root (``"child.review"``).
+        correlation_id: what ``Reactor.resume(correlation_id=...)`` finds the run by, or None.
+        deadline: wall-clock time at which the timeout fails the step, or None (no timeout).
+    """
+
+    step: str
+    correlation_id: str | None
+    deadline: float | None
+
+
 class Run:
     """One execution of one reactor in this process: its context, middleware and reports.
 
@@ -79,8 +96,8 @@ class Run:
     ``handoff`` names the step where a run in the caller stops and is dispatched.
     """
 
-    __slots__ = ("context", "handoff", "middleware", "reactor_name", "rollback_failures",
-                 "worker")  # fmt: skip
+    __slots__ = ("context", "handoff", "middleware", "prefix", "reactor_name",
+                 "rollback_failures", "root", "worker")  # fmt: skip
 
     def __init__(
         self,
@@ -90,6 +107,8 @@ class Run:
         *,
         worker: WorkerMode | None = None,
         handoff: str | None = None,
+        root: Context | None = None,
+        prefix: str = "",
     ) -> None:
         self.reactor_name = reactor_name
         self.context = context
@@ -97,6 +116,10 @@ class Run:
         self.rollback_failures: list[RollbackFailure] = []
         self.worker = worker
         self.handoff = handoff
+        #: The execution's root context (where pauses are traced and resumes are found), and
+        #: the dotted path of this run from it (``"child."`` for a composed child's run).
+        self.root = context if root is None else root
+        self.prefix = prefix
 
     def emit(self, event_class: type[Event], step: str | None = None, **fields: Any) -> None:
         """Build and deliver an event, only if someone listens (no cost otherwise)."""

@@ -18,12 +18,17 @@ from py_reactor.dsl.signals import Failure, Halt, Success
 from py_reactor.dsl.sources import Element
 from py_reactor.dsl.step import Step
 from py_reactor.engine.context import Context, Status
-from py_reactor.engine.results import nested_failure
+from py_reactor.engine.results import PausedResult, nested_failure
+
+from py_reactor.engine._run import Paused
 
 if TYPE_CHECKING:
     from py_reactor.engine._run import Run
 
-__all__ = ["defines", "element_key", "make_unit"]
+__all__ = ["defines", "element_key", "make_unit", "paused_signal"]
+
+#: A child context in one of these statuses carries on where it stopped (not built anew).
+_RESUMES = (Status.WAITING, Status.PAUSED)
 
 
 def make_unit(decl: StepDeclaration, name: str, values: dict[str, Any], run: Run) -> Any:
@@ -98,16 +103,24 @@ class _ReactorUnit:
         parent_context: Context = self.parent.context
         worker = self.parent.worker
         child = parent_context.children.get(self.name)
-        if child is None or child.status is not Status.WAITING:  # else: a parked child resumes
+        if child is None or child.status not in _RESUMES:  # else: a parked child resumes
             child = parent_context.child(class_path(child_cls), dict(self.values))
             parent_context.children[self.name] = child
         if worker is not None:  # parks inside the child are named "<this step>.<its step>"
             worker = dataclasses.replace(worker, prefix=f"{worker.prefix}{self.name}.")
         outcome = execute(
-            child_cls, child, middleware=self.parent.middleware, validated=True, worker=worker
+            child_cls,
+            child,
+            middleware=self.parent.middleware,
+            validated=True,
+            worker=worker,
+            root=self.parent.root,
+            prefix=f"{self.parent.prefix}{self.name}.",
         )
         if outcome.status == "waiting":
             return outcome.parked  # type: ignore[attr-defined]
+        if isinstance(outcome, PausedResult):
+            return paused_signal(outcome)
         if outcome.status == "completed":
             return Success(outcome.value)
         if outcome.status == "halted":
@@ -122,6 +135,11 @@ class _ReactorUnit:
 
     def undo(self, result: Any) -> Any:
         return None
+
+
+def paused_signal(outcome: PausedResult) -> Paused:
+    """What a step whose nested run paused at an interrupt answers: the whole run pauses."""
+    return Paused(outcome.step_name, outcome.correlation_id, outcome.deadline)
 
 
 def element_key(step: str, index: int) -> str:
@@ -177,7 +195,7 @@ class _MapUnit:
             if child is not None and child.status is Status.FAILED and collect:
                 failed[index] = str(child.private.get("map_error", "failed"))
                 continue
-            if child is None or child.status is not Status.WAITING:
+            if child is None or child.status not in _RESUMES:
                 inputs = {
                     arg: read_source(value, element, arg, self.name, run.reactor_name)
                     if isinstance(value, Element)
@@ -189,9 +207,18 @@ class _MapUnit:
             worker = run.worker
             if worker is not None:  # parks inside an element are named "<step>[<i>].<its step>"
                 worker = dataclasses.replace(worker, prefix=f"{worker.prefix}{key}.")
-            outcome = execute(child_cls, child, middleware=run.middleware, worker=worker)
+            outcome = execute(
+                child_cls,
+                child,
+                middleware=run.middleware,
+                worker=worker,
+                root=run.root,
+                prefix=f"{run.prefix}{key}.",
+            )
             if outcome.status == "waiting":
                 return outcome.parked  # type: ignore[attr-defined]
+            if isinstance(outcome, PausedResult):
+                return paused_signal(outcome)
             if outcome.status == "halted":
                 return Halt(getattr(outcome, "reason", "halted"))
             if outcome.status == "completed":

@@ -32,6 +32,7 @@ class Status(enum.StrEnum):
     PENDING = "pending"
     RUNNING = "running"
     WAITING = "waiting"  # parked in a worker: on a busy key, or a retry's backoff
+    PAUSED = "paused"  # stopped at an interrupt step until Reactor.resume (or its timeout)
     ROLLING_BACK = "rolling_back"
     COMPLETED = "completed"
     FAILED = "failed"

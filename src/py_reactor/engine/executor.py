@@ -13,12 +13,21 @@ from typing import Any
 
 from py_reactor.config import get_config
 from py_reactor.coordination.scope import Admission, Scope
-from py_reactor.dsl.reactor import Reactor
+from py_reactor.dsl.declaration import StepKind
+from py_reactor.dsl.reactor import Reactor, StepPlan
 from py_reactor.dsl.registry import class_path
 from py_reactor.engine._async import DEFERRED, await_inputs, await_units, dispatch_unit
 from py_reactor.engine._coordinate import emitter
+from py_reactor.engine._interrupt import reach_interrupt
 from py_reactor.engine._park import park_or_fail
-from py_reactor.engine._run import Parked, Run, StepFailure, WorkerMode, describe_exception
+from py_reactor.engine._run import (
+    Parked,
+    Paused,
+    Run,
+    StepFailure,
+    WorkerMode,
+    describe_exception,
+)
 from py_reactor.engine.compensation import rollback
 from py_reactor.engine.context import Context, Status, running, running_context
 from py_reactor.engine.results import (
@@ -27,6 +36,7 @@ from py_reactor.engine.results import (
     HaltedResult,
     Outcome,
     ParkedResult,
+    PausedResult,
     SuccessResult,
 )
 from py_reactor.engine.serializer import dumps_context
@@ -35,7 +45,7 @@ from py_reactor.errors import CoordinationError, InputValidationError, Serializa
 from py_reactor.observability import events as ev
 from py_reactor.observability.middleware import Middleware
 
-__all__ = ["execute", "failure_result", "run_reactor"]
+__all__ = ["execute", "failure_result", "run_one", "run_reactor"]
 
 
 def run_reactor(
@@ -62,14 +72,19 @@ def execute(
     validated: bool = False,
     worker: WorkerMode | None = None,
     handoff: str | None = None,
+    root: Context | None = None,
+    prefix: str = "",
 ) -> Outcome:
-    """Run ``cls`` from wherever ``context`` stopped until it completes, halts or fails.
+    """Run ``cls`` from wherever ``context`` stopped until it completes, halts, fails or
+    pauses at an interrupt.
 
     Args:
         worker: set in a worker: contention parks (a ``ParkedResult``) instead of failing,
             retries wait in the parked set, and the context is checkpointed after every step.
         handoff: in the caller, the step at which the run stops and is handed to a worker
             (a ``DispatchedResult``); what it holds by then stays held for the worker.
+        root, prefix: for a nested run (a composed child, a map element), the execution's
+            root context and this run's dotted path from it (``"child."``).
 
     Raises:
         KeyboardInterrupt, SystemExit: propagate untouched after marking the context
@@ -81,8 +96,10 @@ def execute(
         get_config().middleware if middleware is None else middleware,
         worker=worker,
         handoff=handoff,
+        root=root,
+        prefix=prefix,
     )
-    if context.status is Status.PENDING or worker is None:
+    if context.status is Status.PENDING or (worker is None and context.status is not Status.PAUSED):
         run.emit(ev.ReactorStarted)  # once per execution: not again when a worker resumes it
     if DEFERRED in context.private:  # an async unit whose inputs read other units' results
         waiting = await_inputs(run)
@@ -154,6 +171,8 @@ def _coordinated(cls: type[Reactor], run: Run) -> Outcome:
     finally:
         if isinstance(outcome, ParkedResult | DispatchedResult) or getattr(run, "stale", False):
             scope.detach()
+        elif isinstance(outcome, PausedResult):  # a pause may last days: block nobody meanwhile
+            scope.park()  # all but an ordered position; the resumed run takes them again
         else:
             status = context.status
             scope.exit(
@@ -183,11 +202,7 @@ def _walk(cls: type[Reactor], run: Run) -> Outcome:
                     rollback(run, {n: p.declaration for n, p in plan.items()}, unstorable)
                     return fail(run, unstorable)
                 return DispatchedResult(context)  # still "running": the worker goes on with it
-            step_plan = plan[name]
-            if step_plan.declaration.asynchronous:
-                result = dispatch_unit(run, cls, step_plan)
-            else:
-                result = run_step(run, step_plan)
+            result = run_one(run, cls, plan[name])
             ended = _after_step(run, name, result, checkpoint)
             if ended is not None:
                 break
@@ -213,6 +228,17 @@ def _walk(cls: type[Reactor], run: Run) -> Outcome:
     return SuccessResult(context, value)
 
 
+def run_one(run: Run, cls: type[Reactor], plan: StepPlan) -> object:
+    """Run the step ``plan`` of ``cls`` once, whatever its kind: dispatch an async unit,
+    reach an interrupt (pause, or take the payload of a resume), or run the step."""
+    decl = plan.declaration
+    if decl.asynchronous:
+        return dispatch_unit(run, cls, plan)
+    if decl.kind is StepKind.INTERRUPT:
+        return reach_interrupt(run, plan)
+    return run_step(run, plan)
+
+
 def _after_step(
     run: Run, name: str, result: object, checkpoint: Callable[[Context], None] | None
 ) -> Outcome | StepFailure | None:
@@ -220,6 +246,14 @@ def _after_step(
     end the run with (parked, halted); a failure to roll back for."""
     if isinstance(result, Parked):
         return _parked(run, result)
+    if isinstance(result, Paused):
+        run.context.status = Status.PAUSED
+        return PausedResult(
+            run.context,
+            step_name=result.step,
+            correlation_id=result.correlation_id,
+            deadline=result.deadline,
+        )
     if isinstance(result, StepFailure):
         return result
     if isinstance(result, Halted):

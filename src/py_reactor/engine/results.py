@@ -20,6 +20,7 @@ __all__ = [
     "HaltedResult",
     "Outcome",
     "ParkedResult",
+    "PausedResult",
     "RollbackFailure",
     "SuccessResult",
     "nested_failure",
@@ -139,6 +140,50 @@ class ParkedResult(Outcome):
 
     def __repr__(self) -> str:
         return f"<ParkedResult {_name(self.context)} {self.parked!r}>"
+
+
+class PausedResult(Outcome):
+    """The run stopped at an interrupt step and is stored ``"paused"``; ``Reactor.resume``
+    continues it with a payload (``Reactor.resume(out.execution_id, payload)`` or by
+    ``correlation_id``). Reactor-level holds were given back; the resumed run takes them again.
+
+    Attributes:
+        step_name: the interrupt step (a dotted path for one inside a composed child).
+        correlation_id: what ``resume(correlation_id=...)`` finds this run by, or None.
+        deadline: wall-clock time at which its timeout fails the step, or None.
+    """
+
+    __slots__ = ("correlation_id", "deadline", "step_name")
+    is_success = False
+    status = "paused"
+
+    def __init__(
+        self,
+        context: Context,
+        *,
+        step_name: str,
+        correlation_id: str | None = None,
+        deadline: float | None = None,
+    ) -> None:
+        super().__init__(context)
+        self.step_name = step_name
+        self.correlation_id = correlation_id
+        self.deadline = deadline
+
+    def wait(self, timeout: float | None = None) -> Outcome:
+        """Block until the run ends (once resumed, wherever that happens); its terminal
+        outcome, rebuilt from the store.
+
+        Raises:
+            TimeoutError: it did not end within ``timeout`` seconds.
+        """
+        from py_reactor.workers import wait
+
+        return wait(self.execution_id, timeout=timeout)
+
+    def __repr__(self) -> str:
+        cid = "" if self.correlation_id is None else f" correlation_id={self.correlation_id!r}"
+        return f"<PausedResult {_name(self.context)} step={self.step_name!r}{cid}>"
 
 
 class DispatchedResult(Outcome):

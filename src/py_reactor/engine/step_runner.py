@@ -22,9 +22,15 @@ from py_reactor.engine._async import await_units
 from py_reactor.engine._coordinate import StepGate
 from py_reactor.engine._park import park_or_fail
 from py_reactor.engine._resolve import resolve_arguments
-from py_reactor.engine._run import Parked, Run, StepFailure, error_text
+from py_reactor.engine._run import Parked, Paused, Run, StepFailure, error_text
 from py_reactor.engine._units import defines, make_unit
-from py_reactor.engine.results import FailureResult, HaltedResult, Outcome, SuccessResult
+from py_reactor.engine.results import (
+    FailureResult,
+    HaltedResult,
+    Outcome,
+    PausedResult,
+    SuccessResult,
+)
 from py_reactor.errors import ArgumentResolutionError, CoordinationError, InputValidationError
 from py_reactor.observability import events as ev
 
@@ -66,7 +72,7 @@ class Halted:
     reason: str
 
 
-StepResult = Completed | SkippedStep | Halted | StepFailure | Parked
+StepResult = Completed | SkippedStep | Halted | StepFailure | Parked | Paused
 
 
 def run_step(run: Run, plan: StepPlan) -> StepResult:
@@ -190,7 +196,7 @@ def _attempts(
             if not (isinstance(signal, Failure) and not _retrying(signal, attempt, policy)):
                 gate.exit(succeeded=isinstance(signal, Success))
             # else: a final failure keeps its holds until rollback has run its compensate
-        if isinstance(signal, Parked):
+        if isinstance(signal, Parked | Paused):  # a composed child parked, or paused
             return signal
         if isinstance(signal, Success):
             return _complete(run, name, values, signal.value, attempt, started, where)
@@ -251,7 +257,7 @@ def _retrying(failure: Failure, attempt: int, policy: RetryPolicy | None) -> boo
     return failure.retryable and policy is not None and attempt < policy.max_attempts
 
 
-def _work(unit: Any) -> Success | Failure | Halt | Skipped | Parked:
+def _work(unit: Any) -> Success | Failure | Halt | Skipped | Parked | Paused:
     """Run the unit's work once; an exception becomes a (retryable) failure. A composed child
     that parked in a worker answers ``Parked``: the whole execution parks."""
     try:
@@ -304,11 +310,11 @@ def contended(
     )
 
 
-def _as_signal(raw: Any) -> Success | Failure | Halt | Skipped | Parked:
+def _as_signal(raw: Any) -> Success | Failure | Halt | Skipped | Parked | Paused:
     """What a body's return value means. The outcome of a nested ``invoke`` or ``run`` counts
     as that outcome: ``return Other.invoke(...)`` fails this step if the invocation failed
     (a contention there included: an ordinary failure of this step, never a park)."""
-    if isinstance(raw, Success | Failure | Halt | Skipped | Parked):
+    if isinstance(raw, Success | Failure | Halt | Skipped | Parked | Paused):
         return raw
     if not isinstance(raw, Outcome):  # the common case: a plain value
         return Success(raw)
@@ -318,6 +324,13 @@ def _as_signal(raw: Any) -> Success | Failure | Halt | Skipped | Parked:
         return Halt(raw.reason)
     if isinstance(raw, SuccessResult):
         return Success(raw.value)
+    if isinstance(raw, PausedResult):
+        return Failure(
+            f"a run started inside this step paused at its interrupt {raw.step_name!r} "
+            f"(execution {raw.execution_id}); a step cannot wait for a resume: declare the "
+            "child with compose(...) so that the whole run pauses",
+            retryable=False,
+        )
     return Success(raw)
 
 
