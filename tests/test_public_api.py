@@ -44,9 +44,6 @@ PROMISED_NOW = (
     "OrderedLock",
 )
 
-#: Names DESIGN.md §2 says arrive with later work: never exported as stubs before then.
-ARRIVING_LATER = ("interrupt",)
-
 #: Optional heavy dependencies that a bare ``import py_reactor`` must not pull in.
 HEAVY = ("celery", "redis", "starlette", "opentelemetry")
 
@@ -78,15 +75,6 @@ def test_promised_names_exist(name: str) -> None:
     """The names DESIGN.md §2 promises for this stage are exported from py_reactor."""
     assert name in py_reactor.__all__
     assert getattr(py_reactor, name) is not None
-
-
-@pytest.mark.parametrize("name", ARRIVING_LATER)
-def test_names_of_later_work_are_not_exported_yet(name: str) -> None:
-    """Names that arrive with later work are not exported, not even as stubs."""
-    assert name not in py_reactor.__all__
-    assert not hasattr(py_reactor, name)
-    with pytest.raises(ImportError):
-        exec(f"from py_reactor import {name}", {})
 
 
 def test_import_does_not_load_heavy_optional_dependencies() -> None:

@@ -32,6 +32,7 @@ from py_reactor.dsl import (
     with_semaphore,
 )
 from py_reactor.dsl.background import background
+from py_reactor.dsl.interrupt import interrupt
 from py_reactor.engine import (
     CancelledResult,
     Context,
@@ -39,6 +40,7 @@ from py_reactor.engine import (
     FailureResult,
     HaltedResult,
     Outcome,
+    PausedResult,
     Status,
     SuccessResult,
 )
@@ -64,6 +66,7 @@ __all__ = [
     "Middleware",
     "OrderedLock",
     "Outcome",
+    "PausedResult",
     "Period",
     "RateLimit",
     "Reactor",
@@ -85,6 +88,7 @@ __all__ = [
     "dumps_context",
     "find",
     "get_config",
+    "interrupt",
     "loads_context",
     "map_step",
     "retries",

@@ -10,6 +10,9 @@ Every error the library raises or reports derives from :class:`ReactorError`::
     ├── DispatchError            a background execution could not be handed to its worker
     ├── AsyncUnitTimeoutError    a reader of an async unit's result gave up waiting for it
     ├── ExecutionStateError      an operation (cancel, undo, retry) does not apply to that status
+    ├── InterruptError           an interrupt could not pause (its correlation id taken or bad)
+    │   └── InterruptTimeoutError      nobody resumed the run within the interrupt's ``timeout``
+    ├── ResumeError              no run paused at an interrupt to resume (resumed already, ...)
     └── CoordinationError        a lock, semaphore, rate limit, period or ordered lock said no
         ├── LockAcquisitionError       the lock stayed held by another owner for ``wait`` seconds
         ├── SemaphoreAcquisitionError  every slot stayed taken for ``wait`` seconds
@@ -38,10 +41,13 @@ __all__ = [
     "ExecutionStateError",
     "HandoffRefusedError",
     "InputValidationError",
+    "InterruptError",
+    "InterruptTimeoutError",
     "LockAcquisitionError",
     "OrderedLockWaitError",
     "RateLimitExceededError",
     "ReactorError",
+    "ResumeError",
     "SemaphoreAcquisitionError",
     "SerializationError",
     "StoreUnavailableError",
@@ -130,6 +136,48 @@ class ExecutionStateError(ReactorError):
     def __init__(self, message: str, *, status: str = "", reactor: str | None = None):
         super().__init__(message, reactor=reactor)
         self.status = status
+
+
+class InterruptError(ReactorError):
+    """An interrupt step could not pause the run: its correlation id function failed, or the
+    correlation id is taken by another paused run of the same reactor (``execution_id`` names
+    that run)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        correlation_id: str | None = None,
+        execution_id: str | None = None,
+        reactor: str | None = None,
+        step: str | None = None,
+    ):
+        super().__init__(message, reactor=reactor, step=step)
+        self.correlation_id = correlation_id
+        self.execution_id = execution_id
+
+
+class InterruptTimeoutError(InterruptError):
+    """No resume came within the interrupt's ``timeout``: the interrupt step failed (and the
+    run rolled back as for any failure)."""
+
+
+class ResumeError(ReactorError):
+    """``Reactor.resume`` found no run to resume: the id (or correlation id) is unknown, the run
+    is not paused at an interrupt (resumed already, cancelled, timed out), or it is a run of
+    another reactor. ``status`` is the run's status ("" when none was found)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: str = "",
+        execution_id: str | None = None,
+        reactor: str | None = None,
+    ):
+        super().__init__(message, reactor=reactor)
+        self.status = status
+        self.execution_id = execution_id
 
 
 class CoordinationError(ReactorError):

@@ -5,10 +5,13 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from pydantic import BaseModel
+
 from py_reactor import (
     Reactor,
     Result,
     background,
+    interrupt,
     step,
     with_lock,
     with_ordered_lock,
@@ -99,3 +102,23 @@ class Gated(Reactor):
         return "worked"
 
     returns = "work"
+
+
+class Approval(BaseModel):
+    """The payload the dashboard's resume form sends."""
+
+    approved: bool
+
+
+class Review(Reactor):
+    """Pauses at ``review`` until resumed with an :class:`Approval`."""
+
+    key: str
+
+    review = interrupt(payload=Approval, correlation_id=lambda i: i["key"])
+
+    @step(approval=Result("review"))
+    def record(key: str, approval: dict[str, Any]) -> str:
+        return f"approved={approval['approved']}"
+
+    returns = "record"

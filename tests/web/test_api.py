@@ -452,6 +452,67 @@ def test_retry_and_undo_run_the_operations_and_link_the_runs(key: str) -> None:
     assert nonsense.status_code == 404
 
 
+def test_a_paused_run_is_resumed_with_a_json_payload_in_a_worker(key: str) -> None:
+    """A paused run shows its interrupt and a resume form; the form (and the API) resume it
+    with a JSON payload, validated (a bad one is a 409 and it stays paused), in a worker."""
+    c = client(app(auth=lambda request: True))
+    c.get("/")
+    token = c.cookies[COOKIE]
+    out = r.Review.run(key=key)
+    page = c.get(f"/executions/{out.execution_id}").text
+    paused = section(page, "paused")
+    assert "review" in paused
+    assert key in paused
+    assert 'name="payload"' in paused
+    listed = c.get("/api/executions", params={"status": "paused"}).json()
+    assert out.execution_id in ids(listed)
+
+    bad = c.post(
+        f"/api/executions/{out.execution_id}/resume",
+        headers={"X-CSRF-Token": token},
+        json={"payload": {"approved": "perhaps"}},
+    )
+    assert bad.status_code == 409
+    assert "approved" in bad.json()["error"]
+    assert status_of(out.execution_id) == "paused"
+    not_json = c.post(
+        f"/executions/{out.execution_id}/resume",
+        data={"csrf_token": token, "payload": "{nope"},
+        follow_redirects=False,
+    )
+    assert not_json.status_code == 400
+    assert "not JSON" in not_json.text
+
+    resumed = c.post(
+        f"/executions/{out.execution_id}/resume",
+        data={"csrf_token": token, "payload": '{"approved": true}'},
+        follow_redirects=False,
+    )
+    assert resumed.status_code == 303
+    until(lambda: status_of(out.execution_id) == "completed", "the resumed run")
+    again = c.post(
+        f"/api/executions/{out.execution_id}/resume",
+        headers={"X-CSRF-Token": token},
+        json={"payload": {"approved": True}},
+    )
+    assert again.status_code == 409
+    assert "cannot be resumed" in again.json()["error"]
+
+    other = r.Review.run(key=f"{key}-b")
+    read_only = client(app()).post(
+        f"/api/executions/{other.execution_id}/resume", json={"payload": {"approved": True}}
+    )
+    assert read_only.status_code == 403
+    api = c.post(
+        f"/api/executions/{other.execution_id}/resume",
+        headers={"X-CSRF-Token": token},
+        json={"payload": {"approved": False}},
+    )
+    assert api.status_code == 200
+    assert api.json()["done"] == "resume"
+    until(lambda: status_of(other.execution_id) == "completed", "the API-resumed run")
+
+
 def test_mounted_under_a_path_its_links_and_redirects_stay_under_it(key: str) -> None:
     """Mounted at /ops in another ASGI app, every link, script and live URL of its pages and
     the redirect after an action start with /ops/."""

@@ -131,7 +131,7 @@ class StepDeclaration:
     def retry_policy(self) -> RetryPolicy | None:
         """The step's retry policy: declared on the inline step or on the step class."""
         own: RetryPolicy | None = self.__dict__.get(RETRY_ATTRIBUTE)
-        if own is not None or self.kind is StepKind.INLINE:
+        if own is not None or self.kind in (StepKind.INLINE, StepKind.INTERRUPT):
             return own
         policy: RetryPolicy | None = getattr(self.target, RETRY_ATTRIBUTE, None)
         return policy
@@ -145,7 +145,7 @@ class StepDeclaration:
         if self.kind is StepKind.INLINE:
             declared: Mapping[str, Any] = self.__dict__.get("_coordination", _NONE)
             return declared
-        if self.kind in (StepKind.REACTOR, StepKind.MAP):
+        if self.kind in (StepKind.REACTOR, StepKind.MAP, StepKind.INTERRUPT):
             return _NONE
         target_coordination: Mapping[str, Any] = self.target.coordination
         return target_coordination

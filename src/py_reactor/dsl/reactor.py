@@ -102,11 +102,39 @@ class Reactor:
         from py_reactor.engine.executor import run_reactor
 
         handoff = getattr(cls, "__py_reactor_handoff__", None)
-        if handoff and running_context() is None:  # nested in a step: it runs in place
+        nested = running_context() is not None
+        if handoff and not nested:  # nested in a step: it runs in place
             from py_reactor.workers.dispatch import background_run
 
             return background_run(cls, inputs, handoff)
-        return run_reactor(cls, inputs)
+        outcome = run_reactor(cls, inputs)
+        if outcome.status == "paused" and not nested:  # stored, for a resume from anywhere
+            from py_reactor.workers.interrupts import store_pause
+
+            store_pause(outcome)  # type: ignore[arg-type]
+        return outcome
+
+    @classmethod
+    def resume(
+        cls,
+        execution_id: str | None = None,
+        payload: Any = None,
+        *,
+        correlation_id: str | None = None,
+    ) -> Outcome:
+        """Resume this reactor's run paused at an interrupt with ``payload`` (validated by the
+        interrupt's model), found by ``execution_id`` or by ``correlation_id``. The outcome of
+        the rest of the run (``resume="inline"``), or a ``DispatchedResult``
+        (``resume="background"``).
+
+        Raises:
+            ResumeError: no such paused run (a second resume included).
+            InputValidationError: a bad payload; the run stays paused.
+        """
+        from py_reactor.workers import resume
+
+        outcome: Outcome = resume(execution_id, payload, correlation_id=correlation_id, reactor=cls)
+        return outcome
 
     @classmethod
     def find(cls, execution_id: str) -> Any:

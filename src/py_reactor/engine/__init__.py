@@ -7,6 +7,7 @@ from py_reactor.engine.results import (
     FailureResult,
     HaltedResult,
     Outcome,
+    PausedResult,
     RollbackFailure,
     SuccessResult,
 )
@@ -18,6 +19,7 @@ __all__ = [
     "FailureResult",
     "HaltedResult",
     "Outcome",
+    "PausedResult",
     "RollbackFailure",
     "Status",
     "SuccessResult",

@@ -1,4 +1,5 @@
-"""The seam through which the engine hands an async unit to a worker and learns how it ended.
+"""The seam through which the engine hands an async unit to a worker and learns how it ended
+(and reserves an interrupt's correlation id in the store).
 
 The engine never imports a worker backend: ``py_reactor.workers`` installs the one backend
 (store the unit's execution, make it due; read its stored outcome) when it is imported, which
@@ -33,6 +34,13 @@ class UnitBackend(Protocol):
     def wait(self, execution_id: str, timeout: float) -> Outcome | None:
         """The terminal outcome of ``execution_id`` (around its stored context), waiting up to
         ``timeout`` seconds (0: only look); None if it has not ended by then."""
+
+    def reserve(
+        self, reactor: str, correlation_id: str, execution_id: str, deadline: float | None
+    ) -> str | None:
+        """Reserve ``correlation_id`` of ``reactor`` for the paused run ``execution_id`` (an
+        interrupt); None when it is now this run's, else the id of the paused run that has it.
+        """
 
 
 _backend: UnitBackend | None = None

@@ -9,7 +9,7 @@ from py_reactor.config import get_config
 from py_reactor.coordination.holds import Ledger
 from py_reactor.coordination.owner import new_owner
 from py_reactor.dsl.declaration import StepDeclaration
-from py_reactor.engine._run import Parked, Run, StepFailure
+from py_reactor.engine._run import Parked, Paused, Run, StepFailure
 from py_reactor.engine.compensation import rollback
 from py_reactor.engine.context import Context, Status, running, running_context
 from py_reactor.engine.executor import failure_result
@@ -82,6 +82,7 @@ def _run(run: Run, name: str, decl: StepDeclaration, raw: dict[str, Any]) -> Out
     if isinstance(result, Halted):
         own.status = Status.HALTED
         return HaltedResult(own, reason=result.reason, step_name=name)
-    assert not isinstance(result, Parked)  # an invoke is never a worker's run: it never parks
+    # An invoke is never a worker's run: it never parks; and a step is never an interrupt.
+    assert not isinstance(result, Parked | Paused)
     own.status = Status.COMPLETED
     return SuccessResult(own, result.value)

@@ -32,6 +32,8 @@ __all__ = [
     "StepCompleted",
     "StepFailed",
     "StepParked",
+    "StepPaused",
+    "StepResumed",
     "StepRetried",
     "StepSkipped",
     "StepStarted",
@@ -263,6 +265,24 @@ class ReactorParked(Event):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class StepPaused(Event):
+    """The run reached the interrupt ``step`` (a dotted path inside composed children) and
+    pauses until a resume brings its payload, or ``deadline`` (wall clock; 0.0: none)."""
+
+    name: ClassVar[str] = "step.paused"
+    correlation_id: str | None = None
+    deadline: float = 0.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepResumed(Event):
+    """A resume brought the payload of the interrupt ``step``: it is the step's result."""
+
+    name: ClassVar[str] = "step.resumed"
+    payload: Any = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ExecutionRecovered(Event):
     """The recovery loop made an execution due again: its runner's lease lapsed (it died)."""
 
@@ -304,6 +324,8 @@ ALL_EVENTS: tuple[type[Event], ...] = (
     SemaphoreAcquisitionFailed,
     StepParked,
     ReactorParked,
+    StepPaused,
+    StepResumed,
     ExecutionRecovered,
     UnitDispatched,
 )

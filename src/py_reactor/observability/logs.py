@@ -105,6 +105,18 @@ class LoggingMiddleware(Middleware, HandoffHooks):
             },
         )
 
+    def on_step_paused(self, event: ev.StepPaused) -> None:
+        """``event=pause`` at an interrupt step."""
+        deadline = _timestamp(event.deadline) if event.deadline else None
+        self._log(
+            logging.INFO,
+            {**_where(event, "pause"), "correlation_id": event.correlation_id, "until": deadline},
+        )
+
+    def on_step_resumed(self, event: ev.StepResumed) -> None:
+        """``event=resume`` when a resume's payload reaches its interrupt step."""
+        self._log(logging.INFO, _where(event, "resume"))
+
     def on_worker_start(self, context: Context) -> None:
         """``event=wake`` when the run resumes a parked execution."""
         runs = self._runs()

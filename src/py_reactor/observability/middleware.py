@@ -95,6 +95,12 @@ class Middleware:
     def on_reactor_parked(self, event: ev.ReactorParked) -> None:
         """The reactor's coordination met contention in a worker; the execution parks."""
 
+    def on_step_paused(self, event: ev.StepPaused) -> None:
+        """The run reached an interrupt step and pauses until it is resumed."""
+
+    def on_step_resumed(self, event: ev.StepResumed) -> None:
+        """A resume brought an interrupt step's payload; the run goes on."""
+
     def on_execution_recovered(self, event: ev.ExecutionRecovered) -> None:
         """A dead runner's execution was made due again by the recovery loop."""
 
@@ -129,6 +135,8 @@ HOOKS: dict[type[ev.Event], str] = {
     ev.SemaphoreAcquisitionFailed: "on_semaphore_acquisition_failed",
     ev.StepParked: "on_step_parked",
     ev.ReactorParked: "on_reactor_parked",
+    ev.StepPaused: "on_step_paused",
+    ev.StepResumed: "on_step_resumed",
     ev.ExecutionRecovered: "on_execution_recovered",
     ev.UnitDispatched: "on_unit_dispatched",
 }

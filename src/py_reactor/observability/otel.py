@@ -471,6 +471,13 @@ class OpenTelemetryMiddleware(Middleware, HandoffHooks):
         """A ``park`` span under the reactor's; the execution's spans end, marked parked."""
         self._parked(event, None, event)
 
+    def on_step_paused(self, event: ev.StepPaused) -> None:
+        """The execution's spans end, marked paused (a resume starts new ones)."""
+        self._end_all(
+            event.execution_id,
+            **{"py_reactor.paused": True, "py_reactor.paused.step": event.step or ""},
+        )
+
     def _parked(
         self, event: ev.Event, where: _Frame | None, park: ev.StepParked | ev.ReactorParked
     ) -> None:

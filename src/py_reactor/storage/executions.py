@@ -198,10 +198,20 @@ class ExecutionStore:
         )
         return bool(self.store.run_script("execution_checkpoint", names, args))
 
-    def take(self, execution_id: str, status: str, allowed: tuple[str, ...]) -> tuple[int, str]:
+    def take(
+        self,
+        execution_id: str,
+        status: str,
+        allowed: tuple[str, ...],
+        *,
+        correlation: str = "",
+    ) -> tuple[int, str]:
         """Take ``execution_id`` for an operation: set ``status`` if it is in one of
         ``allowed`` and no runner's lease is live (bumping the epoch, so a runner that claimed
         it before writes nothing more).
+
+        ``correlation``: the correlation id key (``keys.correlation``) the run holds while
+        paused at an interrupt, given up with the take.
 
         Returns:
             ``(new epoch, previous status)``; ``(0, status)`` when refused; ``(-1, "")`` for an
@@ -213,11 +223,76 @@ class ExecutionStore:
             DUE_KEY,
             keys.parked(keys.AWAITED, execution_id),
             READY_KEY,
+            correlation,
         )
         epoch, previous = self.store.run_script(
             "execution_take", names, (execution_id, status, *allowed)
         )
         return int(epoch), str(previous)
+
+    def pause(
+        self,
+        execution_id: str,
+        epoch: int | None,
+        reactor: str,
+        context: str,
+        *,
+        waiting_on: dict[str, Any],
+        timeout_in: float | None,
+        queue: str = "",
+        pinned: str = "",
+    ) -> bool:
+        """Store the execution paused at an interrupt: created now (``epoch`` None: a run
+        paused in the caller) or written by its runner (a compare-and-set on ``epoch``).
+
+        ``timeout_in``: seconds until its timeout, when a worker may claim it to fail the
+        interrupt step (it is in the due set until then); None: no timeout. ``queue`` and
+        ``pinned`` as for :meth:`create` (used when it is created here).
+
+        Returns:
+            False when nothing was written (the epoch moved on, or the id exists already).
+        """
+        names = (record_key(execution_id), INDEX_KEY, LEASES_KEY, DUE_KEY)
+        args = (
+            execution_id,
+            "" if epoch is None else str(epoch),
+            reactor,
+            context,
+            json.dumps(waiting_on),
+            "" if timeout_in is None else str(max(0, int(timeout_in * 1000))),
+            queue,
+            pinned,
+        )
+        return bool(self.store.run_script("execution_pause", names, args))
+
+    def reserve(
+        self, reactor: str, correlation_id: str, execution_id: str, deadline: float | None
+    ) -> str | None:
+        """Reserve ``correlation_id`` of ``reactor`` for the paused run ``execution_id``: None
+        when it is now this run's, else the id of the paused run that holds it. It lives until
+        a resume or cancel gives it up (or a day past ``deadline``, a wall-clock time)."""
+        import time
+
+        lives = "" if deadline is None else str(_ms(max(0.0, deadline - time.time()) + 86400))
+        holder = self.store.run_script(
+            "interrupt_reserve",
+            (keys.correlation(reactor, correlation_id),),
+            (execution_id, keys.EXECUTION_PREFIX, lives),
+        )
+        return str(holder) or None
+
+    def paused_by(self, reactor: str, correlation_id: str) -> str | None:
+        """The execution of ``reactor`` that holds ``correlation_id`` (paused, or it was)."""
+        found = self._client().get(keys.correlation(reactor, correlation_id))
+        return None if found is None else str(found)
+
+    def due_now(self, execution_id: str) -> None:
+        """Make ``execution_id`` due now, and tell the dispatchers (a resumed run, say)."""
+        client = self._client()
+        pipe = client.pipeline(transaction=False)
+        pipe.zadd(DUE_KEY, {execution_id: 0})
+        pipe.rpush(READY_KEY, execution_id)
+        pipe.execute()
 
     def annotate(self, execution_id: str, **fields: str) -> None:
         """Write fields for people (``retried_by``) on the record, outside any epoch."""

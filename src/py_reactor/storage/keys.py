@@ -219,3 +219,12 @@ def pattern(primitive: str, key: str) -> str:
 def execution(execution_id: str) -> str:
     """The hash of one execution."""
     return f"{NAMESPACE}:exec:{execution_id}"
+
+
+#: The prefix of every execution record (scripts that find a record by an id they read).
+EXECUTION_PREFIX = f"{NAMESPACE}:exec:"
+
+
+def correlation(reactor: str, correlation_id: str) -> str:
+    """The string naming the run of ``reactor`` paused with ``correlation_id`` (an interrupt)."""
+    return f"{NAMESPACE}:interrupt:{tag(reactor)}:{tag(correlation_id)}"

@@ -1,4 +1,5 @@
-"""The dashboard's actions: retry, undo and cancel, refused without auth or a valid CSRF token.
+"""The dashboard's actions: retry, undo, cancel and resume (with a JSON payload, handed to a
+worker), refused without auth or a valid CSRF token.
 
 Each calls the operation of ``py_reactor.workers`` by name, once the request has passed the
 auth hook and the CSRF check; the operation's own refusal (a status it does not accept)
@@ -7,6 +8,8 @@ becomes a 409 with its message.
 
 from __future__ import annotations
 
+import json
+from typing import Any
 from urllib.parse import parse_qs, quote, urlencode
 
 from starlette.requests import Request
@@ -28,7 +31,9 @@ class _Refused(Exception):
         self.status = status
 
 
-def _act(dash: Dashboard, request: Request, submitted: str | None) -> tuple[str, str | None]:
+def _act(
+    dash: Dashboard, request: Request, submitted: str | None, payload: str | None = None
+) -> tuple[str, str | None]:
     """Check the request, then run the action; ``(execution id to show, what happened)``."""
     if dash.auth is None:
         raise _Refused(
@@ -58,7 +63,12 @@ def _act(dash: Dashboard, request: Request, submitted: str | None) -> tuple[str,
 
     operation = getattr(workers, action)
     try:
-        result = operation(execution_id)
+        if action == "resume":  # always in a worker: a web request does not run the workflow
+            from py_reactor.workers.interrupts import resume
+
+            result = resume(execution_id, _payload(payload), mode="background")
+        else:
+            result = operation(execution_id)
     except LookupError as exc:
         raise _Refused(404, str(exc)) from None
     except (ReactorError, ValueError) as exc:
@@ -69,12 +79,28 @@ def _act(dash: Dashboard, request: Request, submitted: str | None) -> tuple[str,
     return execution_id, action
 
 
+def _payload(text: str | None) -> Any:
+    """The resume payload a request carries, parsed from JSON.
+
+    Raises:
+        _Refused: 400, it is missing or not JSON.
+    """
+    if text is None or not text.strip():
+        raise _Refused(400, "resume needs a payload: a JSON object for the interrupt step")
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise _Refused(400, f"the resume payload is not JSON: {exc}") from None
+
+
 def form_action(dash: Dashboard, request: Request) -> Response:
-    fields = parse_qs(_body(request)).get(FIELD) or []
+    form = parse_qs(_body(request))
+    fields = form.get(FIELD) or []
     submitted = (fields[0] if fields else None) or request.headers.get(HEADER)
     execution_id = request.path_params["execution_id"]
+    payload = next(iter(form.get("payload") or []), None)
     try:
-        shown, done = _act(dash, request, submitted)
+        shown, done = _act(dash, request, submitted, payload)
     except _Refused as exc:
         return dash.page(
             request, "error.html", exc.status, heading="Action refused", message=exc,
@@ -86,8 +112,22 @@ def form_action(dash: Dashboard, request: Request) -> Response:
 
 
 def api_action(dash: Dashboard, request: Request) -> Response:
+    """``POST /api/executions/{id}/{action}``; a resume's body is ``{"payload": {...}}``."""
+    payload = None
+    if request.path_params.get("action") == "resume":
+        body = _body(request)
+        try:
+            parsed = json.loads(body) if body.strip() else {}
+        except ValueError as exc:
+            return JSON({"error": f"the request body is not JSON: {exc}"}, status_code=400)
+        if not isinstance(parsed, dict) or "payload" not in parsed:
+            return JSON(
+                {"error": 'resume takes a JSON body {"payload": {...}}: the interrupt\'s payload'},
+                status_code=400,
+            )
+        payload = json.dumps(parsed["payload"])
     try:
-        shown, done = _act(dash, request, request.headers.get(HEADER))
+        shown, done = _act(dash, request, request.headers.get(HEADER), payload)
     except _Refused as exc:
         return JSON({"error": str(exc)}, status_code=exc.status)
     detail = _executions.execution_detail(dash.store(), shown)

@@ -50,6 +50,7 @@ ACTIONS: dict[str, frozenset[str]] = {
     "cancel": frozenset(operations.CANCELLABLE),
     "undo": frozenset(operations.UNDOABLE),
     "retry": frozenset(operations.RETRYABLE),
+    "resume": frozenset({"paused"}),  # with a JSON payload: its own form, not a bare button
 }
 
 #: How many execution ids one listing request reads at most while it filters.
@@ -125,7 +126,7 @@ def _same_reactor(stored: str, wanted: str) -> bool:
 def summary(stored: StoredExecution) -> dict[str, Any]:
     """The list view of one execution: where it is and, if it failed, why."""
     outcome = stored.outcome or {}
-    waiting_on = stored.waiting_on if stored.status == "waiting" else None
+    waiting_on = stored.waiting_on if stored.status in ("waiting", "paused") else None
     step = waiting_on.get("step") if waiting_on else outcome.get("step_name")
     return {
         "execution_id": stored.id,

@@ -24,6 +24,7 @@ __all__ = [
     "cancel",
     "ensure_worker",
     "find",
+    "resume",
     "retry",
     "start",
     "stop",
@@ -55,6 +56,19 @@ def retry(execution_id: str) -> Any:
     from py_reactor.workers.operations import retry as retry_
 
     return retry_(execution_id)
+
+
+def resume(
+    execution_id: str | None = None,
+    payload: Any = None,
+    *,
+    correlation_id: str | None = None,
+    reactor: Any = None,
+) -> Any:
+    """Resume a run paused at an interrupt with ``payload`` (``workers.interrupts``)."""
+    from py_reactor.workers.interrupts import resume as resume_
+
+    return resume_(execution_id, payload, correlation_id=correlation_id, reactor=reactor)
 
 
 def start() -> None:

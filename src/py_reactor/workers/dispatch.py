@@ -31,7 +31,13 @@ from py_reactor.dsl.registry import class_path, lookup
 from py_reactor.engine._run import StaleExecution, WorkerMode, describe_exception
 from py_reactor.engine.context import Context, Status, running
 from py_reactor.engine.executor import execute
-from py_reactor.engine.results import DispatchedResult, FailureResult, Outcome, ParkedResult
+from py_reactor.engine.results import (
+    DispatchedResult,
+    FailureResult,
+    Outcome,
+    ParkedResult,
+    PausedResult,
+)
 from py_reactor.engine.serializer import dumps_context, loads_context
 from py_reactor.errors import DispatchError, ReactorError, SerializationError
 from py_reactor.observability._propagation import dispatching, worker_run
@@ -273,6 +279,11 @@ def _settle(
     except SerializationError as exc:
         text = dumps_context(Context(reactor=context.reactor, inputs={}, execution_id=execution_id))
         outcome = _run_failure(context, exc, context.reactor)
+    if isinstance(outcome, PausedResult):  # at an interrupt: until a resume, or its timeout
+        from py_reactor.workers.interrupts import store_pause
+
+        written = store_pause(outcome, epoch=epoch, executions=executions)
+        return "paused" if written else "stale"
     if isinstance(outcome, ParkedResult):
         stop = outcome.parked
         waiting_on = {

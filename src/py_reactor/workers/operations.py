@@ -51,7 +51,9 @@ def cancel(execution_id: str, reason: str | None = None) -> Execution:
         cls, context = _revive(stored)
     except (LookupError, ReactorError):  # cancelled all the same; its holds lapse by their ttl
         cls, context = None, Context(reactor=stored.reactor, inputs={}, execution_id=stored.id)
-    epoch = _take(executions, stored, "cancelled", CANCELLABLE, "cancelled")
+    epoch = _take(
+        executions, stored, "cancelled", CANCELLABLE, "cancelled", correlation=_index(context)
+    )
     why = reason or "cancelled"
     if cls is not None:
         release_ledger(cls, context)
@@ -129,13 +131,25 @@ def _take(
     status: str,
     allowed: tuple[str, ...],
     verb: str,
+    *,
+    correlation: str = "",
 ) -> int:
-    epoch, previous = executions.take(stored.id, status, allowed)
+    epoch, previous = executions.take(stored.id, status, allowed, correlation=correlation)
     if epoch == -1:
         raise LookupError(f"no execution {stored.id!r} is stored")
     if epoch == 0:
         raise _refusal(stored, verb, allowed, previous)
     return epoch
+
+
+def _index(context: Context) -> str:
+    """The correlation id key a run paused at an interrupt holds ("" when none)."""
+    from py_reactor.engine._interrupt import PAUSED_AT, PAUSES
+    from py_reactor.storage import keys
+
+    info = (context.private.get(PAUSES) or {}).get(context.private.get(PAUSED_AT) or "") or {}
+    correlation = info.get("correlation_id")
+    return "" if correlation is None else keys.correlation(context.reactor, str(correlation))
 
 
 def _refusal(

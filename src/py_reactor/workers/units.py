@@ -30,6 +30,16 @@ class StoreUnits:
         except LookupError as exc:
             return _gone(execution_id, exc)
 
+    def reserve(
+        self, reactor: str, correlation_id: str, execution_id: str, deadline: float | None
+    ) -> str | None:
+        from py_reactor.storage import current_store
+        from py_reactor.storage.executions import ExecutionStore
+
+        return ExecutionStore(current_store()).reserve(
+            reactor, correlation_id, execution_id, deadline
+        )
+
 
 def _gone(execution_id: str, exc: LookupError) -> FailureResult:
     """A unit whose record is gone (deleted from the store): its reader fails, saying so."""

@@ -6,15 +6,21 @@
 -- or "" (a job, e.g. a Celery message, claims only if nobody claimed since it was sent: a
 -- redelivered or duplicated message finds the epoch moved and runs nothing)
 -- Returns the new epoch, 0 when another runner holds a live lease or it is not due,
--- -1 when unknown, -2 when it already ended (or is paused at an interrupt: a resume, not a
--- worker, takes it on).
+-- -1 when unknown, -2 when it already ended (or is paused at an interrupt whose timeout has
+-- not come: a resume, not a worker, takes it on; once its timeout_at has passed a worker
+-- claims it, to fail the interrupt step).
 -- #include _now
 local status = redis.call('HGET', KEYS[1], 'status')
 if not status then
   return -1
 end
-if status == 'completed' or status == 'failed' or status == 'halted' or status == 'cancelled'
-    or status == 'aborted' or status == 'paused' then
+if status == 'paused' then
+  local timeout_at = tonumber(redis.call('HGET', KEYS[1], 'timeout_at') or '')
+  if (not timeout_at) or timeout_at > now_ms() then
+    return -2
+  end
+elseif status == 'completed' or status == 'failed' or status == 'halted'
+    or status == 'cancelled' or status == 'aborted' then
   redis.call('ZREM', KEYS[3], ARGV[1])
   return -2
 end
@@ -36,6 +42,6 @@ end
 redis.call('ZREM', KEYS[3], ARGV[1])
 local epoch = redis.call('HINCRBY', KEYS[1], 'epoch', 1)
 redis.call('HSET', KEYS[1], 'status', 'running', 'worker', ARGV[2], 'updated_at', now,
-  'sends', 0)  -- the sends of execution_send since the last claim
+  'sends', 0, 'timeout_at', '')  -- the sends of execution_send since the last claim
 redis.call('ZADD', KEYS[2], now + tonumber(ARGV[3]), ARGV[1])
 return epoch

@@ -1,7 +1,8 @@
 -- Take an execution out of the workers' hands for an operation (cancel, undo): only from one of
 -- the statuses the operation accepts, and never while a runner's lease is live.
 -- KEYS[1] record hash; KEYS[2] leases zset; KEYS[3] due zset; KEYS[4] readers parked waiting
--- for it to end; KEYS[5] ready list
+-- for it to end; KEYS[5] ready list; KEYS[6] the correlation id it holds while paused at an
+-- interrupt ("" when none): given up if it is still this execution's
 -- ARGV[1] id; ARGV[2] the status to set; ARGV[i], i >= 3: the statuses it may be taken from
 -- Bumps the epoch (a runner that claimed before writes nothing more), takes it out of the due
 -- set and the leases; a terminal new status wakes its parked readers.
@@ -24,7 +25,11 @@ if (not allowed) or (lease and tonumber(lease) > now) then
   return {0, status}
 end
 local epoch = redis.call('HINCRBY', KEYS[1], 'epoch', 1)
-redis.call('HSET', KEYS[1], 'status', ARGV[2], 'updated_at', now, 'waiting_on', '')
+redis.call('HSET', KEYS[1], 'status', ARGV[2], 'updated_at', now, 'waiting_on', '',
+  'timeout_at', '')
+if KEYS[6] and KEYS[6] ~= '' and redis.call('GET', KEYS[6]) == ARGV[1] then
+  redis.call('DEL', KEYS[6])
+end
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[1])
 if ARGV[2] == 'cancelled' then

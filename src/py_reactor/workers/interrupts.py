@@ -1,0 +1,304 @@
+"""Paused executions: store a run that paused at an interrupt, and resume it with a payload.
+
+A paused run is a stored record with status ``"paused"`` (whoever ran it: the caller creates
+the record, a worker writes it under its epoch). Its correlation id, if the interrupt names one,
+finds it (``keys.correlation``), unique per reactor while it is paused. A timeout puts it in the
+due set at its deadline; the claim script lets a worker take a paused run only once that time has
+come, and the run then fails its interrupt step.
+
+``resume`` validates the payload first (a bad one changes nothing), then takes the run out of
+``paused`` with the same compare-and-set as the operations (a second resume finds it taken and
+is refused), and runs it on: in this process (``resume="inline"``) or in a worker
+(``"background"``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import pydantic
+
+from py_reactor.config import get_config
+from py_reactor.dsl.declaration import StepDeclaration, StepKind
+from py_reactor.dsl.interrupt import options_of
+from py_reactor.dsl.reactor import Reactor
+from py_reactor.dsl.registry import class_path
+from py_reactor.engine._interrupt import PAUSED_AT, PAUSES, RESUMED
+from py_reactor.engine.context import Context
+from py_reactor.engine.results import DispatchedResult, Outcome, PausedResult
+from py_reactor.engine.serializer import dumps_context
+from py_reactor.errors import InputValidationError, ResumeError
+from py_reactor.storage import keys
+from py_reactor.storage.executions import ExecutionStore, StoredExecution
+from py_reactor.workers.execution import outcome_to_dict
+
+__all__ = ["resume", "store_pause"]
+
+#: ``waiting_on["primitive"]`` of a paused run (its ``key`` is the correlation id).
+INTERRUPT = "interrupt"
+
+
+def _executions() -> ExecutionStore:
+    from py_reactor.storage import current_store
+
+    return ExecutionStore(current_store())
+
+
+def store_pause(
+    paused: PausedResult, *, epoch: int | None = None, executions: ExecutionStore | None = None
+) -> bool:
+    """Store the run ``paused`` stopped: created now (``epoch`` None: it ran in the caller) or
+    written under its runner's ``epoch``. False when nothing was written (a stale runner).
+
+    A pause with a timeout needs a worker's recovery loop to fail it in time: in the caller,
+    this process's thread worker is started (``worker="threads"``).
+    """
+    from py_reactor.workers.dispatch import this_script
+
+    executions = executions or _executions()
+    context = paused.context
+    deadline = paused.deadline
+    waiting_on = {
+        "step": paused.step_name,
+        "primitive": INTERRUPT,
+        "key": paused.correlation_id,
+        "attempt": 0,
+        "until": deadline,
+    }
+    config = get_config()
+    written = executions.pause(
+        context.execution_id,
+        epoch,
+        context.reactor,
+        dumps_context(context),
+        waiting_on=waiting_on,
+        timeout_in=None if deadline is None else max(0.0, deadline - time.time()),
+        queue=config.celery_queue if config.worker == "celery" else "",
+        pinned=this_script() if context.reactor.startswith("__main__:") else "",
+    )
+    if written and deadline is not None and epoch is None:
+        from py_reactor.workers import ensure_worker
+
+        ensure_worker()
+    return written
+
+
+def resume(
+    execution_id: str | None = None,
+    payload: Any = None,
+    *,
+    correlation_id: str | None = None,
+    reactor: type[Reactor] | None = None,
+    mode: str | None = None,
+) -> Outcome:
+    """Resume the run paused at an interrupt, with ``payload``.
+
+    ``mode``: ``"inline"`` or ``"background"`` instead of what the interrupt declares (the
+    dashboard always hands the run to a worker: a web request does not run workflows).
+
+    Find it by ``execution_id``, or by ``correlation_id`` (then ``reactor`` is required: a
+    correlation id is unique per reactor). The payload is validated against the interrupt's
+    model first: a bad one raises and the run stays paused. With ``resume="inline"`` the rest
+    of the run happens here and its outcome is returned (another pause included); with
+    ``"background"`` it goes on in a worker and a ``DispatchedResult`` is returned.
+
+    Raises:
+        ResumeError: no such run, not paused at an interrupt (resumed already, cancelled, timed
+            out), or a run of another reactor than ``reactor``.
+        InputValidationError: the payload does not fit the interrupt's model.
+        TypeError: neither or both of ``execution_id`` and ``correlation_id``.
+    """
+    if (execution_id is None) == (correlation_id is None):
+        raise TypeError(
+            "resume() takes the execution id (resume(execution_id, payload)) or a correlation "
+            "id (resume(correlation_id=..., payload=...)), one of the two"
+        )
+    executions = _executions()
+    name = "" if reactor is None else reactor.__qualname__
+    if execution_id is None:
+        if reactor is None:
+            raise TypeError(
+                "resume(correlation_id=...) needs the reactor: a correlation id is unique per "
+                "reactor; call it on the class (Refund.resume(correlation_id=..., payload=...))"
+            )
+        execution_id = executions.paused_by(class_path(reactor), str(correlation_id))
+        if execution_id is None:
+            raise ResumeError(
+                f"no run of {name} is paused with correlation id {correlation_id!r} (never "
+                "paused, or resumed, cancelled or timed out since)",
+                reactor=name,
+            )
+    stored = _paused(executions, execution_id, reactor)
+    from py_reactor.workers.dispatch import _revive
+
+    cls, context = _revive(stored)
+    path = str(context.private.get(PAUSED_AT) or (stored.waiting_on or {}).get("step") or "")
+    decl = _interrupt_at(cls, path)
+    value = _validated(decl, payload, cls, path)
+    info = (context.private.get(PAUSES) or {}).get(path) or {}
+    deadline = info.get("deadline")
+    if deadline is not None and time.time() >= float(deadline):
+        executions.due_now(stored.id)  # its timeout lapsed: a worker fails the step now
+        from py_reactor.workers import ensure_worker
+
+        ensure_worker()
+        raise _refusal(stored, "timed out: its interrupt step fails (a worker is on it)")
+    where = mode or options_of(decl).resume
+    status = "running" if where == "inline" else "pending"
+    correlation = info.get("correlation_id")
+    index = "" if correlation is None else keys.correlation(stored.reactor, str(correlation))
+    epoch, previous = executions.take(stored.id, status, ("paused",), correlation=index)
+    if epoch <= 0:
+        raise _refusal(stored, "resumed already" if previous != "paused" else previous, previous)
+    context.private.setdefault(RESUMED, {})[path] = value
+    context.private.pop(PAUSED_AT, None)
+    if where == "background":
+        if not executions.checkpoint(stored.id, epoch, dumps_context(context), "pending"):
+            raise _refusal(stored, "taken by another resume meanwhile")
+        executions.due_now(stored.id)
+        from py_reactor.workers import ensure_worker
+
+        ensure_worker()
+        return DispatchedResult(context)
+    return _run_here(executions, cls, context, epoch)
+
+
+def _run_here(
+    executions: ExecutionStore, cls: type[Reactor], context: Context, epoch: int
+) -> Outcome:
+    """Run the resumed execution on in this process, and store how it ended (or paused)."""
+    from py_reactor.engine.executor import execute
+
+    outcome = execute(cls, context)
+    if isinstance(outcome, PausedResult):
+        store_pause(outcome, epoch=epoch, executions=executions)
+        return outcome
+    if outcome.status in ("completed", "failed", "halted"):
+        executions.checkpoint(
+            context.execution_id,
+            epoch,
+            dumps_context(context),
+            outcome.status,
+            outcome=outcome_to_dict(outcome),
+        )
+    return outcome
+
+
+def _paused(
+    executions: ExecutionStore, execution_id: str, reactor: type[Reactor] | None
+) -> StoredExecution:
+    stored = executions.load(execution_id)
+    if stored is None:
+        raise ResumeError(f"no execution {execution_id!r} is stored", execution_id=execution_id)
+    if reactor is not None and reactor is not Reactor and stored.reactor != class_path(reactor):
+        raise ResumeError(
+            f"execution {execution_id} is a run of {stored.reactor}, not of "
+            f"{class_path(reactor)}; resume it through its own class (or "
+            "py_reactor.workers.resume(execution_id, payload))",
+            status=stored.status,
+            execution_id=execution_id,
+            reactor=reactor.__qualname__,
+        )
+    if stored.status != "paused":
+        raise _refusal(stored, stored.status)
+    return stored
+
+
+def _refusal(stored: StoredExecution, why: str, status: str | None = None) -> ResumeError:
+    now = status or stored.status
+    reactor = stored.reactor.rpartition(":")[2]
+    hint = {
+        "running": "it was resumed already and is running",
+        "pending": "it was resumed already and waits for a worker",
+        "waiting": "it was resumed already and is parked on a busy key",
+        "completed": "it was resumed already and has completed",
+        "failed": "it has failed (a timeout of its interrupt, or after a resume)",
+        "cancelled": "it was cancelled",
+    }.get(now, f"it is {now}")
+    return ResumeError(
+        f"execution {stored.id} of {reactor} cannot be resumed: {why if why != now else hint}; "
+        "only a run paused at an interrupt can be (find(id).status says where it is)",
+        status=now,
+        execution_id=stored.id,
+        reactor=reactor,
+    )
+
+
+def _interrupt_at(cls: type[Reactor], path: str) -> StepDeclaration:
+    """The interrupt declaration at the dotted ``path`` from ``cls`` (through composed
+    children and map elements: ``"child.review"``, ``"items[3].review"``).
+
+    Raises:
+        ResumeError: nothing pauses there (the class changed since the run paused).
+    """
+    owner: type[Reactor] = cls
+    parts = path.split(".") if path else []
+    for i, part in enumerate(parts):
+        step = part.split("[", 1)[0]
+        plan = owner.__py_reactor_plan__.get(step)
+        if plan is None:
+            break
+        decl = plan.declaration
+        if i == len(parts) - 1:
+            if decl.kind is StepKind.INTERRUPT:
+                return decl
+            break
+        if decl.kind not in (StepKind.REACTOR, StepKind.MAP):
+            break
+        owner = decl.target
+    raise ResumeError(
+        f"{cls.__qualname__} has no interrupt step at {path!r}, where the stored run paused "
+        "(was the reactor changed since?)",
+        reactor=cls.__qualname__,
+    )
+
+
+def _validated(decl: StepDeclaration, payload: Any, cls: type[Reactor], path: str) -> Any:
+    """The payload as the interrupt's result: validated by its model, as a JSON object.
+
+    Raises:
+        InputValidationError: it does not fit (nothing was changed).
+    """
+    model = options_of(decl).payload
+    where = f"{cls.__qualname__}, interrupt {path!r}"
+    if model is None:
+        if not isinstance(payload, Mapping):
+            raise InputValidationError(
+                f"invalid resume payload for {where}: expected a JSON object (a mapping), got "
+                f"{type(payload).__name__}",
+                errors=[{"field": None, "message": "expected a mapping", "type": "dict_type"}],
+                reactor=cls.__qualname__,
+                step=path,
+            )
+        try:
+            return json.loads(json.dumps(dict(payload)))
+        except (TypeError, ValueError) as exc:
+            raise InputValidationError(
+                f"invalid resume payload for {where}: it is not JSON ({exc})",
+                errors=[{"field": None, "message": str(exc), "type": "json"}],
+                reactor=cls.__qualname__,
+                step=path,
+            ) from None
+    try:
+        instance = payload if isinstance(payload, model) else model.model_validate(payload)
+    except pydantic.ValidationError as exc:
+        errors = [
+            {
+                "field": ".".join(str(p) for p in error["loc"]) or None,
+                "message": error["msg"],
+                "type": error["type"],
+            }
+            for error in exc.errors()
+        ]
+        listed = "; ".join(f"{e['field']}: {e['message']}" for e in errors)
+        raise InputValidationError(
+            f"invalid resume payload for {where} ({model.__qualname__}): {listed}",
+            errors=errors,
+            reactor=cls.__qualname__,
+            step=path,
+        ) from None
+    dumped: dict[str, Any] = instance.model_dump(mode="json")
+    return dumped
