@@ -1,0 +1,152 @@
+"""Interrupts on real Celery worker processes: a run pauses in a worker (its reactor lock given
+back), is resumed by correlation id into a worker (the lock taken again there) or by id in this
+process; bad payloads and a second resume are refused; a timeout is fired by a worker's
+recovery loop; a resumed run parks on its busy reactor lock and is woken by the release.
+
+Two ``py-reactor worker`` processes serve a queue of this module's own for the whole module, on
+the session's private redis-server as store and broker; the reactors report through Redis.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from py_reactor import Lock, configure, find, workers
+from py_reactor.errors import InputValidationError, InterruptTimeoutError, ResumeError
+from py_reactor.testing import assert_paused_at
+from tests.workers import _celery_interrupt_reactors as c
+from tests.workers.test_celery import ROOT, Worker, records, until
+
+QUEUE = "py_reactor_interrupts"
+PARK_DELAY = 30.0  # the workers' park timer: a resume within seconds was woken, not timed
+
+
+class InterruptWorker(Worker):
+    """A ``py-reactor worker`` importing this module's reactors, serving ``QUEUE``."""
+
+    def __init__(self, url: str, concurrency: int = 2) -> None:
+        self.log = Path(tempfile.mkstemp(prefix="pyr-celery-int-", suffix=".log")[1])
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            "PY_REACTOR_TEST_PARK_DELAY": str(PARK_DELAY),
+            "PY_REACTOR_TEST_PARK_JITTER": "0",
+        }
+        command = [
+            sys.executable, "-m", "py_reactor.cli", "worker",
+            "--redis-url", url,
+            "--import", "tests.workers._celery_interrupt_reactors",
+            "--concurrency", str(concurrency),
+            "--queue", QUEUE,
+            "--loglevel", "INFO",
+        ]  # fmt: skip
+        with self.log.open("w") as out:
+            self.process = subprocess.Popen(
+                command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def interrupt_workers(redis_url: str) -> Iterator[list[Worker]]:
+    started: list[Worker] = [InterruptWorker(redis_url) for _ in range(2)]
+    try:
+        for worker in started:
+            worker.wait_ready()
+        configure(worker="celery", redis_url=redis_url, celery_queue=QUEUE)
+        warm = c.Ping.run().wait(timeout=120)  # a first job through the queue: workers warm
+        assert warm.is_success, warm
+        yield started
+    finally:
+        for worker in started:
+            worker.stop()
+
+
+@pytest.fixture(autouse=True)
+def _on_celery(_default_settings: None, interrupt_workers: list[Worker], redis_url: str) -> None:
+    workers.stop()
+    configure(
+        worker="celery", redis_url=redis_url, celery_queue=QUEUE, park_delay=PARK_DELAY,
+        park_jitter=0,
+    )  # fmt: skip
+
+
+@pytest.fixture
+def raw(redis_url: str) -> redis.Redis:
+    return redis.Redis.from_url(redis_url, decode_responses=True)
+
+
+def paused(execution_id: str) -> bool:
+    found = find(execution_id)
+    return found is not None and found.status == "paused"
+
+
+def test_paused_in_a_worker_and_resumed_by_correlation_id_into_a_worker(
+    key: str, raw: redis.Redis
+) -> None:
+    out = c.Review.run(key=key)
+    until(lambda: paused(out.execution_id), "the pause in a worker")
+    assert_paused_at(out.execution_id, "review")
+    assert find(out.execution_id).holds == []  # type: ignore[union-attr]
+    assert Lock(c.lock_key(key)).state().owner is None  # given back on pause
+
+    with pytest.raises(InputValidationError):
+        c.Review.resume(correlation_id=f"celery:{key}", payload={"approved": True})
+    assert paused(out.execution_id)
+
+    dispatched = c.Review.resume(
+        correlation_id=f"celery:{key}", payload={"approved": True, "by": "ann"}
+    )
+    assert dispatched.status == "dispatched"
+    done = dispatched.wait(timeout=60)
+    assert done.status == "completed", done
+    assert done.value == "paid by ann"
+    steps = records(raw, key)
+    assert [what for what, _ in steps] == ["prepare", "pay by=ann locked=True"]
+    assert all(pid != os.getpid() for _, pid in steps)  # both ran in worker processes
+    with pytest.raises(ResumeError):
+        c.Review.resume(out.execution_id, {"approved": True, "by": "bob"})
+
+
+def test_paused_in_a_worker_and_resumed_inline_in_this_process(key: str, raw: redis.Redis) -> None:
+    out = c.ReviewHere.run(key=key)
+    until(lambda: paused(out.execution_id), "the pause in a worker")
+    done = c.ReviewHere.resume(out.execution_id, {"note": "here"})
+    assert done.status == "completed"
+    assert done.value == "finished here"
+    (_, worker_pid), (_, resumer_pid) = records(raw, key)
+    assert worker_pid != os.getpid()
+    assert resumer_pid == os.getpid()
+    assert find(out.execution_id).status == "completed"  # type: ignore[union-attr]
+
+
+def test_a_timeout_is_fired_by_a_workers_recovery_loop(key: str, raw: redis.Redis) -> None:
+    out = c.Expiring.run(key=key)
+    ended = out.wait(timeout=60)
+    assert ended.status == "failed"
+    assert ended.step_name == "review"
+    assert isinstance(ended.error, InterruptTimeoutError)
+    assert [what for what, _ in records(raw, key)] == ["prepare", "undo prepare"]
+
+
+def test_a_resumed_run_parks_on_its_busy_reactor_lock_and_is_woken(
+    key: str, raw: redis.Redis
+) -> None:
+    out = c.Review.run(key=key)
+    until(lambda: paused(out.execution_id), "the pause in a worker")
+    with Lock(c.lock_key(key), ttl=30, wait=0):
+        dispatched = c.Review.resume(out.execution_id, {"approved": True, "by": "cy"})
+        until(
+            lambda: (f := find(out.execution_id)) is not None and f.status == "waiting",
+            "a park on the reactor lock",
+        )
+    done = dispatched.wait(timeout=20)  # well inside the 30 s park timer: the release woke it
+    assert done.value == "paid by cy"
