@@ -269,6 +269,16 @@ def test_cancel_stops_a_paused_run_and_frees_its_correlation_id(key: str) -> Non
     assert r.Refund.run(key=key).status == "paused"
 
 
+def test_undo_rolls_back_the_steps_before_the_pause_and_frees_the_correlation_id(
+    key: str,
+) -> None:
+    out = r.Refund.run(key=key)
+    undone = r.Refund.undo(out.execution_id)
+    assert undone.status == "cancelled"
+    assert r.LOG[key] == ["prepare", "undo prepare"]
+    assert r.Refund.run(key=key).status == "paused"
+
+
 # -- declaring -------------------------------------------------------------------------------
 
 

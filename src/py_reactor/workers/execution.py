@@ -48,8 +48,8 @@ class Execution:
 
     Attributes:
         execution_id: its id; ``reactor`` its class as ``module:qualname``.
-        status: ``"pending"``, ``"running"``, ``"waiting"``, ``"completed"``, ``"failed"``,
-            ``"halted"``, ``"aborted"`` or ``"cancelled"``.
+        status: ``"pending"``, ``"running"``, ``"waiting"``, ``"paused"`` (at an interrupt),
+            ``"completed"``, ``"failed"``, ``"halted"``, ``"aborted"`` or ``"cancelled"``.
         inputs, results, trace: as in its context (empty when the record cannot be read).
         holds: what it holds now, one mapping per hold record (primitive, key, step, ...).
         waiting_on: while parked, ``{"step", "primitive", "key", "attempt", "until"}``.

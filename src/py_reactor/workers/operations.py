@@ -6,8 +6,9 @@ and a runner that claimed it before writes nothing more.
 
 * ``cancel``: stop a run that waits (parked, pending, paused) or has failed or been aborted,
   with no rollback; what it still holds is given back; status ``"cancelled"``.
-* ``undo``: roll back a run that finished (completed, halted) or was aborted, its completed
-  steps undone newest first as a rollback does; then status ``"cancelled"``.
+* ``undo``: roll back a run that finished (completed, halted), was aborted, or is paused at an
+  interrupt, its completed steps undone newest first as a rollback does; then status
+  ``"cancelled"``.
 * ``retry``: a new run of the same reactor with the same inputs, linked to the old one.
 """
 
@@ -32,8 +33,9 @@ __all__ = ["cancel", "retry", "undo"]
 
 #: What ``cancel`` accepts: a run not under way now, that has not ended well.
 CANCELLABLE = ("pending", "waiting", "paused", "failed", "aborted")
-#: What ``undo`` accepts: a run that finished (or was cut off) with completed steps to undo.
-UNDOABLE = ("completed", "halted", "aborted", "failed")
+#: What ``undo`` accepts: a run that finished (or was cut off, or waits at an interrupt) with
+#: completed steps to undo.
+UNDOABLE = ("completed", "halted", "aborted", "failed", "paused")
 #: What ``retry`` accepts: a run that has ended, whichever way.
 RETRYABLE = ("completed", "halted", "failed", "aborted", "cancelled")
 
@@ -77,7 +79,9 @@ def undo(execution_id: str) -> Execution:
     """
     executions, stored = _load(execution_id)
     cls, context = _revive(stored)  # before taking it: a class that is gone changes nothing
-    epoch = _take(executions, stored, "rolling_back", UNDOABLE, "undone")
+    epoch = _take(
+        executions, stored, "rolling_back", UNDOABLE, "undone", correlation=_index(context)
+    )
     run = Run(cls.__py_reactor_name__, context, get_config().middleware)
     with running(context):
         release_ledger(cls, context)  # an aborted run's failed step may still hold its keys
