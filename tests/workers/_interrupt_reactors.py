@@ -181,3 +181,24 @@ class BadCorrelation(Reactor):
 
     key: str
     review = interrupt(correlation_id=lambda i: i["missing"])
+
+
+@background(before="last")
+class HandedOffLater(Reactor):
+    """Pauses in the caller, before the hand-off step; the resume runs the rest."""
+
+    key: str
+
+    @step()
+    def first(key: str) -> str:
+        log(key, "first")
+        return "first"
+
+    review = interrupt(wait_for="first")
+
+    @step(payload=Result("review"))
+    def last(key: str, payload: dict[str, Any]) -> str:
+        log(key, "last")
+        return "last"
+
+    returns = "last"

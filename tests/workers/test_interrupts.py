@@ -247,6 +247,18 @@ def test_resume_background_of_a_run_paused_in_the_caller(key: str) -> None:
     assert dispatched.wait(timeout=20).value == "after n"
 
 
+def test_a_pause_before_the_hand_off_is_stored_and_a_retry_pauses_too(key: str) -> None:
+    out = r.HandedOffLater.run(key=key)
+    assert out.status == "paused"
+    assert_paused_at(out.execution_id, "review")
+    assert r.HandedOffLater.resume(out.execution_id, {}).value == "last"
+    first = r.Refund.run(key=key, fail_pay=True)
+    assert r.Refund.resume(first.execution_id, approval()).status == "failed"
+    again = r.Refund.retry(first.execution_id)
+    assert again.status == "paused"
+    assert_paused_at(again.execution_id, "review")
+
+
 # -- composed children, cancel --------------------------------------------------------------------
 
 

@@ -102,13 +102,14 @@ class Reactor:
         from py_reactor.engine.executor import run_reactor
 
         handoff = getattr(cls, "__py_reactor_handoff__", None)
-        nested = running_context() is not None
-        if handoff and not nested:  # nested in a step: it runs in place
+        if running_context() is not None:  # nested in a step: it runs in place, never stored
+            return run_reactor(cls, inputs)
+        if handoff:
             from py_reactor.workers.dispatch import background_run
 
             return background_run(cls, inputs, handoff)
         outcome = run_reactor(cls, inputs)
-        if outcome.status == "paused" and not nested:  # stored, for a resume from anywhere
+        if outcome.status == "paused":  # stored, for a resume from anywhere
             from py_reactor.workers.interrupts import store_pause
 
             store_pause(outcome)  # type: ignore[arg-type]

@@ -114,6 +114,10 @@ def background_run(
         outcome: Outcome = DispatchedResult(context)
     else:
         outcome = execute(cls, context, handoff=handoff)
+    if isinstance(outcome, PausedResult):  # at an interrupt before the hand-off: stored paused
+        from py_reactor.workers.interrupts import store_pause
+
+        store_pause(outcome)
     if isinstance(outcome, DispatchedResult):
         try:
             dispatch(cls, context)
