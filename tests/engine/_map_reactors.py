@@ -101,3 +101,17 @@ class BgCharges(Charges):
 @background
 class BgCollects(Collects):
     pass
+
+
+class FanCharges(Charges):
+    """The same map fanned out (three elements in flight): every element takes the one card
+    lock ``<key>:card`` in its own job, so they take turns, parking on it in their workers."""
+
+    charges = map_step(
+        ChargeOne,
+        source=Input("items"),
+        fan_out=True,
+        batch_size=3,
+        amount=Element("charges"),
+        wait_for=["open_batch"],
+    )

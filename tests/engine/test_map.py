@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from py_reactor import Element, Input, Lock, MapResult, Reactor, configure, find, map_step, step
+from py_reactor.dsl.map import fans_out
 from py_reactor.errors import DefinitionError
 from tests.engine import _map_reactors as m
 
@@ -94,8 +95,8 @@ def test_map_mistakes_are_refused_at_definition() -> None:
         map_step(m.ChargeOne, source=Input("items"), mode="all")
     with pytest.raises(DefinitionError, match="source= takes"):
         map_step(m.ChargeOne, source=[1, 2])  # type: ignore[arg-type]
-    with pytest.raises(DefinitionError, match=r"fan_out=True .* not built yet"):
-        map_step(m.ChargeOne, source=lambda i: [], fan_out=True)
+    with pytest.raises(DefinitionError, match="fan_out= takes True or False"):
+        map_step(m.ChargeOne, source=lambda i: [], fan_out="yes")  # type: ignore[arg-type]
     with pytest.raises(DefinitionError, match="batch_size"):
         map_step(m.ChargeOne, source=lambda i: [], batch_size=0)
     with pytest.raises(DefinitionError, match="Element names the current element of a map_step"):
@@ -114,3 +115,49 @@ def test_a_collected_result_is_stored_as_a_plain_mapping(key: str) -> None:
     assert done.value["values"] == ["2 eur", None]
     assert done.value["successes"] == {"0": "2 eur"}
     assert list(done.value["failures"]) == ["1"]
+
+
+def test_fan_out_is_recorded_on_the_declaration() -> None:
+    assert fans_out(map_step(m.ChargeOne, source=Input("items"), fan_out=True, batch_size=5))
+    assert not fans_out(map_step(m.ChargeOne, source=Input("items")))
+
+
+def test_fan_out_refuses_a_child_defined_inside_a_function() -> None:
+    """A worker imports each element's reactor by module:qualname: a local class cannot be."""
+
+    class LocalChild(Reactor):
+        amount: int
+
+        @step
+        def one(amount: int) -> int:
+            return amount
+
+    with pytest.raises(DefinitionError) as refused:
+        map_step(LocalChild, source=Input("items"), fan_out=True, amount=Element("x"))
+    text = str(refused.value)
+    assert "map_step('test_fan_out_refuses_a_child_defined_inside_a_function.<locals>." in text
+    assert "fan_out=True" in text
+    assert "defined inside a function" in text
+    assert "define it at module level" in text
+    map_step(LocalChild, source=Input("items"), amount=Element("x"))  # in place: fine
+
+
+def test_fanned_out_elements_on_one_lock_take_turns_in_their_own_jobs(key: str) -> None:
+    """Each element runs as its own execution (own owner), so they do not re-enter each
+    other's card lock as in-place elements would: they take turns, and the map's value keeps
+    element order.
+
+    A short park timer: an element whose busy answer comes just before the holder's release
+    parks after that release handed the key on, and is then due by the timer only (the store
+    does not re-check the key when the park is written); this test is about taking turns."""
+    configure(park_delay=0.2, park_jitter=0.0)
+    outcome = m.FanCharges.run(key=key, items=[1, 2, 3, 4])
+    assert outcome.is_success, outcome
+    assert outcome.value == ["1 eur", "2 eur", "3 eur", "4 eur"]
+    assert sorted(m.LOG[key][1:]) == ["charge 1", "charge 2", "charge 3", "charge 4"]
+    assert [e["step"] for e in outcome.trace if e["type"] == "dispatched"] == [
+        "charges[0]", "charges[1]", "charges[2]", "charges[3]",
+    ]  # fmt: skip
+    undone = m.FanCharges.run(key=f"{key}-undo", items=[1, 2], fail_after=True)
+    assert undone.status == "failed"
+    assert m.LOG[f"{key}-undo"][-3:] == ["refund 2", "refund 1", "close"]

@@ -102,6 +102,7 @@ class StepDeclaration:
         self.items: Any = None
         self.mode: str = "fail_fast"
         self.batch_size: int = 50
+        self.fan_out: bool = False  # each element an execution of its own, in a worker
         if kind is StepKind.INLINE:
             carrier = target if declared_on is None else declared_on
             inherited = getattr(carrier, RETRY_ATTRIBUTE, None)

@@ -2,9 +2,11 @@
 
 The child's inputs are wired as for ``compose``, with ``Element("<map step>")`` for the current
 element; the step's value is the children's values in element order (``mode="fail_fast"``), or
-a :class:`MapResult` of successes and failures by index (``mode="collect"``). Elements run one
-after the other in the run's own process or worker; each takes its own steps' coordination
-and parks through the same path as any step.
+a :class:`MapResult` of successes and failures by index (``mode="collect"``). By default the
+elements run one after the other in the run's own process or worker; each takes its own steps'
+coordination and parks through the same path as any step. With ``fan_out=True`` each element
+is an execution of its own (a worker job, as an ``async_reactor`` is), at most ``batch_size``
+of them in flight at once (``engine._fan_out``).
 """
 
 from __future__ import annotations
@@ -18,10 +20,15 @@ from py_reactor.dsl.sources import Input, Result
 from py_reactor.dsl.step import normalize_wait_for, normalize_wiring
 from py_reactor.errors import DefinitionError
 
-__all__ = ["MODES", "MapResult", "map_step"]
+__all__ = ["MODES", "MapResult", "fans_out", "map_step"]
 
 #: What a map step does with a failing element.
 MODES = ("fail_fast", "collect")
+
+
+def fans_out(declaration: StepDeclaration) -> bool:
+    """Whether the map step ``declaration`` runs each element as a worker job of its own."""
+    return declaration.fan_out
 
 
 class MapResult(dict[str, Any]):
@@ -67,12 +74,15 @@ def map_step(
         mode: ``"fail_fast"`` (default): the first failing element fails the step (the elements
             done before it are undone, highest index first); ``"collect"``: every element
             runs, and the step's value is a :class:`MapResult`.
-        fan_out: each element as a worker job of its own: not built yet (refused).
-        batch_size: with ``fan_out``, the most elements in flight at once.
+        fan_out: each element as an execution of its own, run by a worker (the thread worker,
+            or Celery with ``configure(worker="celery")``) and taking its own coordination
+            under its own owner; ``reactor`` must then be defined at module level.
+        batch_size: with ``fan_out``, the most elements dispatched and not yet ended at once.
         wiring: the child's inputs, as for ``compose``; ``Element(<this step>)`` is the element.
 
     Raises:
-        DefinitionError: a bad option, or ``reactor`` is not a Reactor subclass.
+        DefinitionError: a bad option, ``reactor`` is not a Reactor subclass, or (with
+            ``fan_out``) it is defined inside a function, where no worker can import it.
     """
     owner = f"map_step({getattr(reactor, '__qualname__', reactor)!r})"
     if not (isinstance(reactor, type) and issubclass(reactor, Reactor)):
@@ -84,10 +94,14 @@ def map_step(
         )
     if mode not in MODES:
         raise DefinitionError(f"{owner}: mode= takes 'fail_fast' or 'collect', got {mode!r}")
-    if fan_out:
+    if not isinstance(fan_out, bool):
+        raise DefinitionError(f"{owner}: fan_out= takes True or False, got {fan_out!r}")
+    if fan_out and "<locals>" in reactor.__qualname__:
         raise DefinitionError(
-            f"{owner}: fan_out=True (each element a worker job of its own) is not built yet; "
-            "leave it out: the elements run one after the other in the run's own worker"
+            f"{owner}: fan_out=True runs each element as a worker job of its own, and a worker "
+            f"imports the child reactor by module:qualname, but {reactor.__qualname__} is "
+            "defined inside a function; define it at module level, or leave fan_out out (the "
+            "elements then run one after the other in the run's own process or worker)"
         )
     if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
         raise DefinitionError(f"{owner}: batch_size= takes a whole number >= 1, got {batch_size!r}")
@@ -101,4 +115,5 @@ def map_step(
     declaration.items = source
     declaration.mode = mode
     declaration.batch_size = batch_size
+    declaration.fan_out = fan_out
     return declaration

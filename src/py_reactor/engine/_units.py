@@ -17,10 +17,9 @@ from py_reactor.dsl.registry import class_path
 from py_reactor.dsl.signals import Failure, Halt, Success
 from py_reactor.dsl.sources import Element
 from py_reactor.dsl.step import Step
+from py_reactor.engine._run import Paused
 from py_reactor.engine.context import Context, Status
 from py_reactor.engine.results import PausedResult, nested_failure
-
-from py_reactor.engine._run import Paused
 
 if TYPE_CHECKING:
     from py_reactor.engine._run import Run
@@ -148,9 +147,11 @@ def element_key(step: str, index: int) -> str:
 
 
 class _MapUnit:
-    """Runs a map step's child reactor once per element, one after the other, each as a
-    composed child of the run (same root id), so an element that parks parks the run and
-    resumes where it stopped; elements that ended are not run again."""
+    """Runs a map step's child reactor once per element. In place (the default), one after
+    the other, each as a composed child of the run (same root id), so an element that parks
+    parks the run and resumes where it stopped; elements that ended are not run again. With
+    ``fan_out=True``, each element as an execution of its own, in a worker job
+    (``engine._fan_out``)."""
 
     __slots__ = ("child", "decl", "name", "parent", "values")
 
@@ -165,14 +166,13 @@ class _MapUnit:
         return None
 
     def run(self) -> Any:
+        from py_reactor.dsl.map import fans_out
         from py_reactor.dsl.reactor import ITEMS
-        from py_reactor.engine._resolve import read_source
         from py_reactor.engine.executor import execute
 
         child_cls = self.decl.target
         run, context = self.parent, self.parent.context
-        values = dict(self.values)
-        items = values.pop(ITEMS, None)
+        items = self.values.get(ITEMS)
         if ITEMS not in self.values:
             items = self.decl.items(MappingProxyType(dict(context.inputs)))
         if isinstance(items, str | bytes | Mapping) or not isinstance(items, Iterable):
@@ -183,6 +183,13 @@ class _MapUnit:
                 ),
                 retryable=False,
             )
+        if fans_out(self.decl):
+            from py_reactor.engine._fan_out import FanOut
+
+            fan = FanOut(run, self.name, self.decl, list(items), self._inputs_of)
+            signal = fan.run_elements()
+            self.child = fan.child
+            return signal
         collect = self.decl.mode == "collect"
         done: dict[int, Any] = {}
         failed: dict[int, str] = {}
@@ -196,13 +203,7 @@ class _MapUnit:
                 failed[index] = str(child.private.get("map_error", "failed"))
                 continue
             if child is None or child.status not in _RESUMES:
-                inputs = {
-                    arg: read_source(value, element, arg, self.name, run.reactor_name)
-                    if isinstance(value, Element)
-                    else value
-                    for arg, value in values.items()
-                }
-                child = context.child(class_path(child_cls), inputs)
+                child = context.child(class_path(child_cls), self._inputs_of(element))
                 context.children[key] = child
             worker = run.worker
             if worker is not None:  # parks inside an element are named "<step>[<i>].<its step>"
@@ -238,6 +239,25 @@ class _MapUnit:
         from py_reactor.dsl.map import MapResult
 
         return Success(MapResult(values=ordered, successes=done, failures=failed))
+
+    def _inputs_of(self, element: Any) -> dict[str, Any]:
+        """The child's inputs for one element: the step's resolved wiring, with each
+        ``Element`` source read from ``element``.
+
+        Raises:
+            ArgumentResolutionError: an ``Element`` field the element does not have.
+        """
+        from py_reactor.dsl.reactor import ITEMS
+        from py_reactor.engine._resolve import read_source
+
+        reactor = self.parent.reactor_name
+        return {
+            arg: read_source(value, element, arg, self.name, reactor)
+            if isinstance(value, Element)
+            else value
+            for arg, value in self.values.items()
+            if arg != ITEMS
+        }
 
     def compensate(self, error: Any) -> Any:
         from py_reactor.engine.compensation import undo_elements

@@ -1,0 +1,361 @@
+"""A map step's elements as executions of their own: ``map_step(..., fan_out=True)``.
+
+Each element is dispatched exactly as an ``async_reactor`` unit is (``engine._async``): an
+execution of its own, run by a worker (the thread worker, or Celery), whose id is derived from
+the run's id and ``"<step>[<i>]"`` (so a run that dispatches again after a crash sends nothing
+twice) and which takes its own coordination under its own owner (that id). The map step keeps
+a window: at most ``batch_size`` elements dispatched and not yet known to have ended, in index
+order. When the window is full (or everything is dispatched) it waits for the oldest element
+still in flight, through the same wait a reader of an async unit does: in the caller a blocking
+wait (``async_wait_timeout``); in a worker a short grace, then it *parks* on that element
+(primitive ``"async_unit"``), giving the thread back, and the element's end wakes it.
+
+What was dispatched and what ended lives in ``context.private["map_fan_out"][<step>]``, so a
+run that parked and resumes (possibly in another process) neither dispatches an element again
+nor loses one: ``sent`` elements ``[0, sent)`` were dispatched, those below ``low`` have ended
+(a completed one's context is in ``context.children["<step>[<i>]"]``, as the in-process map
+keeps it, so rollback undoes it highest index first; a failed one compensated itself in its
+own job, and only its error text is kept).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from py_reactor.coordination.holds import HELD
+from py_reactor.dsl.declaration import StepDeclaration, StepKind
+from py_reactor.dsl.reactor import Reactor
+from py_reactor.dsl.registry import class_path
+from py_reactor.dsl.signals import Failure, Halt, Success
+from py_reactor.engine._async import (
+    UNIT_OF,
+    WAITS,
+    _exclusive,
+    _exclusive_keys,
+    _wait,
+    unit_id,
+)
+from py_reactor.engine._run import Parked, Run, StepFailure
+from py_reactor.engine.context import Context
+from py_reactor.engine.handoff import unit_backend
+from py_reactor.engine.results import RollbackFailure, nested_failure
+from py_reactor.errors import (
+    ArgumentResolutionError,
+    CoordinationError,
+    DispatchError,
+    HandoffRefusedError,
+    InputValidationError,
+    ReactorError,
+)
+from py_reactor.observability import events as ev
+
+if TYPE_CHECKING:
+    from py_reactor.engine.results import Outcome
+
+__all__ = ["STATE", "FanOut", "element_id"]
+
+#: ``context.private`` of a run, while a fanned-out map step is in progress (dropped once it
+#: ended): ``{map step: {"count": elements, "sent": dispatched so far (index order), "low":
+#: every element below it has ended, "failed": {index: error text}, "stop": why no more are
+#: dispatched or None, "rollback_failures": the failed elements' own}}``.
+STATE = "map_fan_out"
+
+
+def element_id(context: Context, key: str) -> str:
+    """The execution id of the element kept at ``children[key]`` (``"<step>[<i>]"``): derived,
+    so the same for the same run and element in every process."""
+    return unit_id(context, key)
+
+
+class FanOut:
+    """One map step's elements, fanned out as worker jobs, in one run (fresh or resumed).
+
+    ``inputs_of(element)`` gives the child's inputs for one element (the step's resolved
+    wiring, ``Element`` read from it). After :meth:`run_elements`, ``child`` is the failed element's
+    own failure outcome when the step failed on one (``fail_fast``).
+    """
+
+    __slots__ = ("_failure", "_refusal", "child", "decl", "elements", "inputs_of", "name", "run")
+
+    def __init__(
+        self,
+        run: Run,
+        name: str,
+        decl: StepDeclaration,
+        elements: list[Any],
+        inputs_of: Callable[[Any], dict[str, Any]],
+    ) -> None:
+        self.run = run
+        self.name = name
+        self.decl = decl
+        self.elements = elements
+        self.inputs_of = inputs_of
+        self.child: Outcome | None = None
+        self._failure: Outcome | None = None  # the stopping element's outcome, if seen here
+        self._refusal: ReactorError | None = None  # a dispatch the store refused, if here
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    def run_elements(self) -> Success | Failure | Halt | Parked:
+        """Dispatch and wait for the elements until all ended (or one stopped the step); a
+        :class:`Parked` when the run parks on the oldest element in flight (in a worker)."""
+        context = self.run.context
+        states: dict[str, dict[str, Any]] = context.private.setdefault(STATE, {})
+        state = states.get(self.name)
+        count = len(self.elements)
+        if state is None:
+            refused = self._before_any_dispatch()
+            if refused is not None:
+                self._forget()
+                return Failure(refused, retryable=False)
+            state = {"count": count, "sent": 0, "low": 0, "failed": {}, "stop": None}
+            states[self.name] = state
+        elif state["count"] != count:
+            self._forget()
+            return Failure(self._changed(state["count"], count), retryable=False)
+        backend = unit_backend()
+        batch = self.decl.batch_size
+        while True:
+            while state["low"] < state["sent"]:  # the front of the window, without waiting
+                ended = backend.wait(self._id(state["low"]), 0)
+                if ended is None:
+                    break
+                self._settle(state, ended)
+            while state["stop"] is None and state["sent"] < count:
+                if state["sent"] - state["low"] >= batch:
+                    break  # the window is full: wait for its oldest element below
+                self._dispatch(state)
+            if state["low"] == state["sent"] and (
+                state["sent"] == count or state["stop"] is not None
+            ):
+                return self._finish(state)
+            index = state["low"]
+            key = self._key(index)
+            ended = _wait(self.run, key, self._id(index), self.name, True)
+            if isinstance(ended, Parked):
+                return ended
+            if isinstance(ended, StepFailure):  # waited (or parked) too long for the element
+                self._unrecord(ended)
+                waits = context.private.get(WAITS)
+                if waits is not None:
+                    waits.pop(key, None)
+                    if not waits:
+                        context.private.pop(WAITS, None)
+                self._forget()
+                self.run.rollback_failures.extend(state.get("rollback_failures", []))
+                return Failure(ended.error, retryable=False)
+            self._settle(state, ended)
+
+    def _settle(self, state: dict[str, Any], ended: Outcome) -> None:
+        """Take the oldest element in flight's outcome into the run (it has ended)."""
+        index = state["low"]
+        key = self._key(index)
+        if ended.status == "completed":
+            self.run.context.children[key] = ended.context  # undone with the run's rollback
+        elif ended.status == "halted":
+            if state["stop"] is None:
+                reason = str(getattr(ended, "reason", "halted"))
+                state["stop"] = {"index": index, "how": "halted", "reason": reason}
+        else:  # failed, aborted, cancelled: it compensated itself (or never ran) in its job
+            state["failed"][str(index)] = str(ended.error)
+            kept = state.setdefault("rollback_failures", [])  # reported when the step ends
+            kept.extend(nested_failure(key, f) for f in getattr(ended, "rollback_failures", ()))
+            if self.decl.mode != "collect" and state["stop"] is None:
+                state["stop"] = {"index": index, "how": "failed"}
+                self._failure = ended
+        state["low"] = index + 1
+
+    def _dispatch(self, state: dict[str, Any]) -> None:
+        """Dispatch the next element in index order (or stop the step if it cannot be sent)."""
+        run, context = self.run, self.run.context
+        index = state["sent"]
+        key = self._key(index)
+        started = time.time()
+        child_cls: type[Reactor] = self.decl.target
+        try:
+            inputs = self.inputs_of(self.elements[index])
+        except ArgumentResolutionError as exc:  # resolved before anything was dispatched
+            state["stop"] = {"index": index, "how": "refused", "error": str(exc)}
+            self._refusal = exc
+            return
+        element = Context(
+            reactor=class_path(child_cls),
+            inputs=inputs,
+            execution_id=self._id(index),
+            parent_id=context.execution_id,
+        )
+        element.private[UNIT_OF] = {
+            "reactor": context.reactor,
+            "step": self.name,
+            "execution": context.execution_id,
+            "element": index,
+        }
+        try:
+            unit_backend().dispatch(child_cls, element)
+        except ReactorError as exc:  # not stored, not sent: no more elements go out
+            state["stop"] = {"index": index, "how": "refused", "error": str(exc)}
+            self._refusal = exc
+            return
+        state["sent"] = index + 1
+        run.record("dispatched", key, started, execution_id=element.execution_id)
+        run.emit(ev.UnitDispatched, key, unit_execution_id=element.execution_id)
+
+    def _finish(self, state: dict[str, Any]) -> Success | Failure | Halt:
+        """Every element dispatched has ended: the step's value, or why it failed or halted."""
+        self._forget()
+        kept: list[RollbackFailure] = state.get("rollback_failures", [])
+        self.run.rollback_failures.extend(kept)  # the failed elements' own, kept across parks
+        stop = state["stop"]
+        if stop is not None and stop["how"] == "failed":
+            ended = self._failure or unit_backend().wait(self._id(stop["index"]), 0)
+            if ended is None:  # pragma: no cover - it ended when it was settled
+                return Failure(state["failed"][str(stop["index"])], retryable=False)
+            self.child = ended
+            return Failure(ended.error, retryable=False)
+        if stop is not None and stop["how"] == "halted":
+            return Halt(stop["reason"])
+        if stop is not None:  # a dispatch was refused: the elements sent before it ended
+            return Failure(self._refusal or DispatchError(stop["error"]), retryable=False)
+        child_cls: type[Reactor] = self.decl.target
+        returns = child_cls.returns
+        done: dict[int, Any] = {}
+        failed: dict[int, str] = {}
+        for index in range(state["count"]):
+            text = state["failed"].get(str(index))
+            if text is not None:
+                failed[index] = text
+                continue
+            child = self.run.context.children.get(self._key(index))
+            done[index] = child.results.get(returns) if child is not None and returns else None
+        ordered = [done.get(i) for i in range(state["count"])]
+        if self.decl.mode != "collect":
+            return Success(ordered)
+        from py_reactor.dsl.map import MapResult
+
+        return Success(MapResult(values=ordered, successes=done, failures=failed))
+
+    # -- before anything is dispatched --------------------------------------------------------
+
+    def _before_any_dispatch(self) -> ReactorError | None:
+        """Why no element may be dispatched at all, or None: an element's inputs cannot be
+        resolved, a key function fails, or the hand-off deadlock guard refuses an element."""
+        inputs: list[dict[str, Any]] = []
+        for element in self.elements:
+            try:
+                inputs.append(self.inputs_of(element))
+            except ArgumentResolutionError as exc:
+                return exc
+        try:
+            self._guard(inputs)
+        except CoordinationError as exc:  # HandoffRefusedError, CoordinationKeyError
+            return exc
+        return None
+
+    def _guard(self, inputs: list[dict[str, Any]]) -> None:
+        """Refuse the fan-out if an element would take an exclusive lock (or a limit-1
+        semaphore) on a key this execution holds: the element, under an owner of its own,
+        would wait for the key while this execution waits for the element.
+
+        Raises:
+            HandoffRefusedError: the collision, naming the element, the key and the remedy.
+            CoordinationKeyError: a key function of the child raised, or returned nothing.
+        """
+        run = self.run
+        child_cls: type[Reactor] = self.decl.target
+        if not _declares_exclusive(child_cls):
+            return
+        as_unit = StepDeclaration(
+            StepKind.REACTOR, child_cls, contract=child_cls.__py_reactor_contract__
+        )
+        held = {(r.primitive, r.key): r for r in run.context.holds if r.state == HELD}
+        contract = child_cls.__py_reactor_contract__
+        for index, raw in enumerate(inputs):
+            key = self._key(index)
+            try:
+                values = contract.validate(raw, reactor=child_cls.__py_reactor_name__)
+            except InputValidationError:
+                continue  # the element fails in its own job, as it would run in place
+            for primitive, coordination_key, declared_by in _exclusive_keys(
+                run, key, as_unit, values
+            ):
+                record = held.get((primitive, coordination_key))
+                if record is None:
+                    continue
+                holder = (
+                    f"the reactor-level {primitive} of this execution"
+                    if record.step is None
+                    else f"step {record.step!r} of this execution"
+                )
+                who = (
+                    f"{child_cls.__qualname__}'s {declared_by[len('its ') :]}"
+                    if declared_by.startswith("its ")
+                    else f"{child_cls.__qualname__} (reactor-level)"
+                )
+                message = (
+                    f"reactor {run.reactor_name}, step {self.name!r} (map_step with "
+                    f"fan_out=True): refused to dispatch element {index}: {who} declares a "
+                    f"{primitive} on {coordination_key!r}, which {holder} already holds (owner "
+                    f"{record.owner}). Each element runs as its own execution, under an owner "
+                    f"of its own, so it would wait for that key while this execution waits "
+                    f"for the element. Take the {primitive} inside the element only (drop it "
+                    f"where it is held now), or leave fan_out out (the elements then run in "
+                    f"this execution and re-enter its holds). Nothing was dispatched"
+                )
+                raise HandoffRefusedError(
+                    message,
+                    primitive=primitive,
+                    key=coordination_key,
+                    holder=holder,
+                    reactor=run.reactor_name,
+                    step=self.name,
+                )
+
+    # -- small helpers ----------------------------------------------------------------------
+
+    def _key(self, index: int) -> str:
+        from py_reactor.engine._units import element_key
+
+        return element_key(self.name, index)
+
+    def _id(self, index: int) -> str:
+        return element_id(self.run.context, self._key(index))
+
+    def _forget(self) -> None:
+        """Drop this step's bookkeeping (it ended, or failed before dispatching anything)."""
+        private = self.run.context.private
+        states = private.get(STATE)
+        if states is not None:
+            states.pop(self.name, None)
+            if not states:
+                private.pop(STATE, None)
+
+    def _unrecord(self, failure: StepFailure) -> None:
+        """Drop the trace entry ``_wait`` wrote for a timed-out wait: the step runner records
+        the map step's failure itself, once."""
+        trace = self.run.context.trace
+        if trace and trace[-1].get("type") == "failed" and trace[-1].get("step") == failure.step:
+            trace.pop()
+
+    def _changed(self, before: int, now: int) -> ArgumentResolutionError:
+        return ArgumentResolutionError(
+            f"reactor {self.run.reactor_name}, step {self.name!r} (map_step with fan_out=True): "
+            f"its source gave {before} element(s) when the step started and {now} when it "
+            "resumed; a fanned-out map's source must give the same elements each time it is "
+            "read (use Input(...) or Result(...), or a function of the inputs that does not "
+            "change)",
+            reactor=self.run.reactor_name,
+            step=self.name,
+        )
+
+
+def _declares_exclusive(child: type[Reactor]) -> bool:
+    """Whether ``child`` (or one of its steps) declares a lock or a limit-1 semaphore."""
+    if any(_exclusive(p, d) for p, d in child.coordination.items()):
+        return True
+    return any(
+        _exclusive(p, d)
+        for plan in child.__py_reactor_plan__.values()
+        for p, d in plan.declaration.coordination.items()
+    )
