@@ -206,7 +206,21 @@ class LockAcquisitionError(CoordinationError):
 
 
 class SemaphoreAcquisitionError(CoordinationError):
-    """Every slot of the semaphore stayed taken for the whole ``wait``."""
+    """Every slot of the semaphore stayed taken for the whole ``wait``; ``limit`` is its
+    number of slots."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        primitive: str | None = None,
+        key: str | None = None,
+        reactor: str | None = None,
+        step: str | None = None,
+        limit: int | None = None,
+    ):
+        super().__init__(message, primitive=primitive, key=key, reactor=reactor, step=step)
+        self.limit = limit
 
 
 class RateLimitExceededError(CoordinationError):

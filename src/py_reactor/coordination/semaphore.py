@@ -97,6 +97,7 @@ class Semaphore(Acquirable["SemaphoreHold"]):
                 "later, or raise wait= or limit=",
                 primitive="semaphore",
                 key=self.key,
+                limit=self.limit,
             )
         hold = SemaphoreHold(self, store, owner, taken.count)
         keep_alive(hold, max(self.lease / 3, 0.01))  # every hold: they may end in any order

@@ -58,7 +58,9 @@ def park_or_fail(run: Run, step: str | None, exc: CoordinationError) -> Parked |
             return None
         root.parks += 1
     delay = getattr(exc, "retry_after", None)
-    return park(run, path, exc.primitive, exc.key, root.parks, delay, step_level=step is not None)
+    parked = park(run, path, exc.primitive, exc.key, root.parks, delay, step_level=step is not None)
+    parked.limit = getattr(exc, "limit", None)
+    return parked
 
 
 def park(

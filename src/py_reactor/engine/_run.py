@@ -64,6 +64,7 @@ class Parked:
         attempt: the parks so far (contention) or the attempts made (a retry).
         delay: seconds until the timer dispatches it again; None: the configured park delay
             (a release of ``key`` wakes it sooner).
+        limit: a semaphore's slots (to tell, when the park is written, whether it is free).
     """
 
     step: str | None
@@ -71,6 +72,7 @@ class Parked:
     key: str | None
     attempt: int
     delay: float | None
+    limit: int | None = None
 
 
 @dataclass(slots=True)

@@ -162,6 +162,7 @@ class ExecutionStore:
         parked_on: str | None = None,
         park: bool = False,
         awaiting: str | None = None,
+        free_if: tuple[str, str] = ("", ""),
     ) -> bool:
         """Write progress if ``epoch`` is still the record's; False (nothing written) if not.
 
@@ -173,6 +174,9 @@ class ExecutionStore:
             park: count one more park.
             awaiting: parked waiting for that execution to end (a reader of an async unit):
                 due at once if it has ended already.
+            free_if: ``(key, how)`` telling whether the lock or semaphore parked on is free by
+                now (``keys.free_probe``): then it is due at once, since the release that freed
+                it came before this park was written and woke nobody.
 
         A terminal ``status`` wakes the executions parked waiting for this one to end.
         """
@@ -184,6 +188,7 @@ class ExecutionStore:
             keys.parked(keys.AWAITED, execution_id),
             READY_KEY,
             "" if awaiting is None else record_key(awaiting),
+            free_if[0],
         )
         args = (
             execution_id,
@@ -195,6 +200,7 @@ class ExecutionStore:
             "" if outcome is None else json.dumps(outcome),
             "" if due_in is None else _ms(due_in),
             "1" if park else "0",
+            free_if[1],
         )
         return bool(self.store.run_script("execution_checkpoint", names, args))
 

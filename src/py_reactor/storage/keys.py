@@ -228,3 +228,14 @@ EXECUTION_PREFIX = f"{NAMESPACE}:exec:"
 def correlation(reactor: str, correlation_id: str) -> str:
     """The string naming the run of ``reactor`` paused with ``correlation_id`` (an interrupt)."""
     return f"{NAMESPACE}:interrupt:{tag(reactor)}:{tag(correlation_id)}"
+
+
+def free_probe(primitive: str, key: str, limit: int | None) -> tuple[str, str]:
+    """``(key, how)`` the checkpoint script reads to tell whether ``key`` of ``primitive`` is
+    free now: a lock's hold hash, a semaphore's holders (with its ``limit``); ``("", "")``
+    for a primitive it cannot read that way."""
+    if primitive == "lock":
+        return lock(key).hold, "lock"
+    if primitive == "semaphore" and limit is not None:
+        return semaphore(key).holders, f"semaphore:{limit}"
+    return "", ""

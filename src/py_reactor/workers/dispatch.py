@@ -299,9 +299,10 @@ def _settle(
         }
         on = None if stop.primitive is None else keys.parked(stop.primitive, stop.key or "")
         awaiting = stop.key if stop.primitive == keys.AWAITED else None  # a reader of a unit
+        free_if = keys.free_probe(stop.primitive or "", stop.key or "", stop.limit)
         written = executions.checkpoint(
             execution_id, epoch, text, "waiting", waiting_on=waiting_on, due_in=stop.delay,
-            parked_on=on, awaiting=awaiting,
+            parked_on=on, awaiting=awaiting, free_if=free_if,
             park=stop.primitive not in (None, "ordered_lock", keys.AWAITED),  # as the cap counts
         )  # fmt: skip
         return "parked" if written else "stale"

@@ -2,15 +2,20 @@
 -- KEYS[1] record hash; KEYS[2] leases zset; KEYS[3] due zset; KEYS[4] parked list of the key
 -- waited on (py_reactor:<primitive>:{<key>}:parked, "" when none); KEYS[5] the list of those
 -- parked waiting for this execution to end (readers of an async unit's result); KEYS[6] ready
--- list; KEYS[7] the record of the execution this one parks waiting for ("" when none)
+-- list; KEYS[7] the record of the execution this one parks waiting for ("" when none);
+-- KEYS[8] what tells whether the key parked on is free now ("" when nothing: see ARGV[10])
 -- The record and the global sets are not in one hash slot (nor is the key's parked list): this
 -- script is cross-slot, as execution records are until the due set is sharded.
 -- ARGV[1] id; ARGV[2] epoch; ARGV[3] context JSON; ARGV[4] status; ARGV[5] lease ms (running),
 -- ARGV[6] waiting_on JSON ("" when none); ARGV[7] outcome JSON ("" when none);
 -- ARGV[8] due in ms (parked: when the timer backstop dispatches it again), "" when not parked;
--- ARGV[9] "1" to count one more park
+-- ARGV[9] "1" to count one more park; ARGV[10] how to read KEYS[8]: "lock" (the lock's hold
+-- hash: free without an owner) or "semaphore:<limit>" (its holders zset: free with fewer live
+-- leases than limit), "" for none
 -- A terminal status wakes everything parked waiting for this execution (KEYS[5]). A park on
--- an execution that has ended already is due at once (it ended between look and park).
+-- an execution that has ended already is due at once (it ended between look and park), and so
+-- is a park on a lock or semaphore that is free by now: it was released between the busy
+-- answer and this write, when nobody was in its parked list to be woken.
 -- Returns 1 when written, 0 when the epoch moved on (a newer runner owns it: nothing written).
 -- #include _now
 -- #include _wake_parked
@@ -32,7 +37,13 @@ else
 end
 if ARGV[8] ~= '' then
   local awaited = KEYS[7] ~= '' and redis.call('HGET', KEYS[7], 'status')
-  if awaited and terminal[awaited] then
+  local free = false
+  if KEYS[8] ~= '' and ARGV[10] == 'lock' then
+    free = not redis.call('HGET', KEYS[8], 'owner')
+  elseif KEYS[8] ~= '' and string.sub(ARGV[10], 1, 10) == 'semaphore:' then
+    free = redis.call('ZCOUNT', KEYS[8], '(' .. now, '+inf') < tonumber(string.sub(ARGV[10], 11))
+  end
+  if free or (awaited and terminal[awaited]) then
     redis.call('ZADD', KEYS[3], now, ARGV[1])
     redis.call('RPUSH', KEYS[6], ARGV[1])
   else
