@@ -34,8 +34,14 @@ LEASE = 2.0  # the workers' execution lease (seconds): recovery tests wait about
 
 
 class Worker:
-    """One ``py-reactor worker`` process (and its pool), in a process group of its own;
-    ``settings`` are environment variables its reactors module reads (see there)."""
+    """One ``py-reactor worker`` process (and its pool), in a process group of its own.
+
+    ``imports``: the reactors module it imports (every one imports ``_celery_reactors``, which
+    applies the settings); ``settings`` are environment variables that module reads (see
+    there); ``lease``: its execution lease, the short one of the recovery tests by default (None:
+    the library's default, 30 s, so that a pool process stalled a second or two on a busy
+    machine never has its run recovered behind its back).
+    """
 
     def __init__(
         self,
@@ -43,18 +49,21 @@ class Worker:
         queue: str = "py_reactor",
         concurrency: int = 2,
         settings: dict[str, str] | None = None,
+        *,
+        imports: str = "tests.workers._celery_reactors",
+        lease: float | None = LEASE,
     ) -> None:
         self.log = Path(tempfile.mkstemp(prefix="pyr-celery-", suffix=".log")[1])
         env = {
             **os.environ,
             "PYTHONPATH": str(ROOT),
-            "PY_REACTOR_TEST_LEASE": str(LEASE),
+            **({} if lease is None else {"PY_REACTOR_TEST_LEASE": str(lease)}),
             **(settings or {}),
         }
         command = [
             sys.executable, "-m", "py_reactor.cli", "worker",
             "--redis-url", url,
-            "--import", "tests.workers._celery_reactors",
+            "--import", imports,
             "--concurrency", str(concurrency),
             "--queue", queue,
             "--loglevel", "INFO",

@@ -11,12 +11,8 @@ report, or for stored statuses.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-import tempfile
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,41 +21,21 @@ import redis
 from py_reactor import Lock, configure, find, workers
 from tests._overlap import OverlapRecorder
 from tests.workers import _celery_async_reactors as a
-from tests.workers.test_celery import ROOT, Worker, records, until
+from tests.workers.test_celery import Worker, records, until
 
 QUEUE = "py_reactor_async_units"
 PARK_DELAY = 30.0  # the workers' park timer: far longer than any wake may take
 WOKEN_WITHIN = 5.0  # a resume this soon after the event can only be a wake
 
 
-class UnitWorker(Worker):
+def unit_worker(url: str) -> Worker:
     """A ``py-reactor worker`` that imports this module's reactors, serving ``QUEUE``, its
-    park timer at ``PARK_DELAY`` s without jitter (``Worker`` imports ``_celery_reactors``).
-    Its execution lease is the default (30 s), not the 2 s of the recovery tests: a pool
-    process stalled a second or two on a busy machine must not have its run recovered (and
-    its body run again) behind its back."""
-
-    def __init__(self, url: str, concurrency: int = 2) -> None:
-        self.log = Path(tempfile.mkstemp(prefix="pyr-celery-async-", suffix=".log")[1])
-        env = {
-            **os.environ,
-            "PYTHONPATH": str(ROOT),
-            "PY_REACTOR_TEST_PARK_DELAY": str(PARK_DELAY),
-            "PY_REACTOR_TEST_PARK_JITTER": "0",
-        }
-        command = [
-            sys.executable, "-m", "py_reactor.cli", "worker",
-            "--redis-url", url,
-            "--import", "tests.workers._celery_async_reactors",
-            "--concurrency", str(concurrency),
-            "--queue", QUEUE,
-            "--loglevel", "INFO",
-        ]  # fmt: skip
-        with self.log.open("w") as out:
-            self.process = subprocess.Popen(
-                command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )  # fmt: skip
+    park timer at ``PARK_DELAY`` s without jitter. Its execution lease is the default (30 s),
+    not the 2 s of the recovery tests: a pool process stalled a second or two on a busy
+    machine must not have its run recovered (and its body run again) behind its back."""
+    settings = {"PY_REACTOR_TEST_PARK_DELAY": str(PARK_DELAY), "PY_REACTOR_TEST_PARK_JITTER": "0"}
+    return Worker(url, QUEUE, settings=settings, imports="tests.workers._celery_async_reactors",
+                  lease=None)  # fmt: skip
 
 
 #: The module's workers while they run (their logs explain a run that did not end).
@@ -69,7 +45,7 @@ STARTED: list[Worker] = []
 @pytest.fixture(scope="module")
 def unit_workers(redis_url: str) -> Iterator[list[Worker]]:
     """Two worker processes (four pool processes in all) for the whole module."""
-    STARTED[:] = [UnitWorker(redis_url) for _ in range(2)]
+    STARTED[:] = [unit_worker(redis_url) for _ in range(2)]
     try:
         for worker in STARTED:
             worker.wait_ready()

@@ -10,11 +10,7 @@ the session's private redis-server as store and broker; the reactors report thro
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import redis
@@ -23,41 +19,23 @@ from py_reactor import Lock, configure, find, workers
 from py_reactor.errors import InputValidationError, InterruptTimeoutError, ResumeError
 from py_reactor.testing import assert_paused_at
 from tests.workers import _celery_interrupt_reactors as c
-from tests.workers.test_celery import ROOT, Worker, records, until
+from tests.workers.test_celery import Worker, records, until
 
 QUEUE = "py_reactor_interrupts"
 PARK_DELAY = 30.0  # the workers' park timer: a resume within seconds was woken, not timed
 
 
-class InterruptWorker(Worker):
-    """A ``py-reactor worker`` importing this module's reactors, serving ``QUEUE``."""
-
-    def __init__(self, url: str, concurrency: int = 2) -> None:
-        self.log = Path(tempfile.mkstemp(prefix="pyr-celery-int-", suffix=".log")[1])
-        env = {
-            **os.environ,
-            "PYTHONPATH": str(ROOT),
-            "PY_REACTOR_TEST_PARK_DELAY": str(PARK_DELAY),
-            "PY_REACTOR_TEST_PARK_JITTER": "0",
-        }
-        command = [
-            sys.executable, "-m", "py_reactor.cli", "worker",
-            "--redis-url", url,
-            "--import", "tests.workers._celery_interrupt_reactors",
-            "--concurrency", str(concurrency),
-            "--queue", QUEUE,
-            "--loglevel", "INFO",
-        ]  # fmt: skip
-        with self.log.open("w") as out:
-            self.process = subprocess.Popen(
-                command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )  # fmt: skip
+def interrupt_worker(url: str) -> Worker:
+    """A ``py-reactor worker`` importing this module's reactors, serving ``QUEUE``, its park
+    timer at ``PARK_DELAY`` s without jitter, with the default execution lease."""
+    settings = {"PY_REACTOR_TEST_PARK_DELAY": str(PARK_DELAY), "PY_REACTOR_TEST_PARK_JITTER": "0"}
+    imports = "tests.workers._celery_interrupt_reactors"
+    return Worker(url, QUEUE, settings=settings, imports=imports, lease=None)
 
 
 @pytest.fixture(scope="module")
 def interrupt_workers(redis_url: str) -> Iterator[list[Worker]]:
-    started: list[Worker] = [InterruptWorker(redis_url) for _ in range(2)]
+    started: list[Worker] = [interrupt_worker(redis_url) for _ in range(2)]
     try:
         for worker in started:
             worker.wait_ready()

@@ -10,13 +10,9 @@ Redis; the tests wait for what they report, or for stored statuses.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,38 +23,19 @@ from py_reactor.engine._fan_out import element_id
 from py_reactor.engine.context import Context
 from py_reactor.observability import events as ev
 from tests.workers import _celery_map_reactors as c
-from tests.workers.test_celery import ROOT, Worker, records, until
+from tests.workers.test_celery import Worker, records, until
 
 QUEUE = "py_reactor_map_fan_out"
 PARK_DELAY = 30.0  # the workers' park timer: far longer than any wake may take
 WOKEN_WITHIN = 5.0  # a resume this soon after the event can only be a wake
 
 
-class MapWorker(Worker):
+def map_worker(url: str) -> Worker:
     """A ``py-reactor worker`` importing this module's reactors, serving ``QUEUE``, its park
     timer at ``PARK_DELAY`` s without jitter, with the default execution lease (30 s)."""
-
-    def __init__(self, url: str, concurrency: int = 2) -> None:
-        self.log = Path(tempfile.mkstemp(prefix="pyr-celery-map-", suffix=".log")[1])
-        env = {
-            **os.environ,
-            "PYTHONPATH": str(ROOT),
-            "PY_REACTOR_TEST_PARK_DELAY": str(PARK_DELAY),
-            "PY_REACTOR_TEST_PARK_JITTER": "0",
-        }
-        command = [
-            sys.executable, "-m", "py_reactor.cli", "worker",
-            "--redis-url", url,
-            "--import", "tests.workers._celery_map_reactors",
-            "--concurrency", str(concurrency),
-            "--queue", QUEUE,
-            "--loglevel", "INFO",
-        ]  # fmt: skip
-        with self.log.open("w") as out:
-            self.process = subprocess.Popen(
-                command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )  # fmt: skip
+    settings = {"PY_REACTOR_TEST_PARK_DELAY": str(PARK_DELAY), "PY_REACTOR_TEST_PARK_JITTER": "0"}
+    return Worker(url, QUEUE, settings=settings, imports="tests.workers._celery_map_reactors",
+                  lease=None)  # fmt: skip
 
 
 #: The module's workers while they run (their logs explain a run that did not end).
@@ -68,7 +45,7 @@ STARTED: list[Worker] = []
 @pytest.fixture(scope="module")
 def map_workers(redis_url: str) -> Iterator[list[Worker]]:
     """Two worker processes (four pool processes in all) for the whole module."""
-    STARTED[:] = [MapWorker(redis_url) for _ in range(2)]
+    STARTED[:] = [map_worker(redis_url) for _ in range(2)]
     try:
         for worker in STARTED:
             worker.wait_ready()
