@@ -23,6 +23,7 @@ PROMISED_NOW = (
     "MapResult",
     "async_step",
     "async_reactor",
+    "parallel",
     "Input",
     "Result",
     "Value",

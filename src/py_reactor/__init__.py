@@ -33,6 +33,7 @@ from py_reactor.dsl import (
 )
 from py_reactor.dsl.background import background
 from py_reactor.dsl.interrupt import interrupt
+from py_reactor.dsl.parallel import parallel
 from py_reactor.engine import (
     CancelledResult,
     Context,
@@ -91,6 +92,7 @@ __all__ = [
     "interrupt",
     "loads_context",
     "map_step",
+    "parallel",
     "retries",
     "step",
     "with_lock",

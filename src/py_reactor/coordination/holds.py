@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from py_reactor.coordination.owner import new_owner
+from py_reactor.coordination.owner import new_owner, related
 
 __all__ = ["CHARGED", "HELD", "WAITING", "HoldRecord", "Ledger", "live"]
 
@@ -104,14 +104,23 @@ class Ledger:
     """The hold records of one execution tree, oldest first.
 
     Shared by reference by every context of the tree in this process (a composed child, a
-    nested run); written once, with the root context, when the context is serialized.
+    nested run, the branches of a ``@parallel`` reactor); written once, with the root context,
+    when the context is serialized. Safe to use from several threads at once: every read and
+    write goes through one lock, and iteration walks a snapshot, so a checkpoint can serialize
+    it while branches add and remove records.
+
+    It also keeps, in this process only, the *turns* of parallel branches that re-enter an
+    enclosing hold (the reactor's lock, under the root id) on one entry: one line of descent at
+    a time, so that two sibling branches never share an exclusive hold through their ancestor.
     """
 
-    __slots__ = ("_guard", "records")
+    __slots__ = ("_changed", "_guard", "_turns", "records")
 
     def __init__(self, records: list[HoldRecord] | None = None) -> None:
         self.records: list[HoldRecord] = list(records or [])
-        self._guard = threading.Lock()
+        self._guard = threading.RLock()
+        self._changed = threading.Condition(self._guard)
+        self._turns: dict[str, dict[str, int]] = {}  # entry -> {branch owner: nesting}
 
     def add(self, record: HoldRecord) -> HoldRecord:
         """Append ``record`` (it is the newest)."""
@@ -127,27 +136,59 @@ class Ledger:
 
     def of(self, holder: str) -> list[HoldRecord]:
         """The records ``holder`` took, oldest first."""
-        return [r for r in self.records if r.holder == holder]
+        return [r for r in self if r.holder == holder]
 
     def find(self, holder: str, primitive: str) -> HoldRecord | None:
         """The record of ``primitive`` that ``holder`` took, if any."""
-        for record in self.records:
+        for record in self:
             if record.holder == holder and record.primitive == primitive:
                 return record
         return None
 
     def holds(self, entry: str) -> bool:
         """Whether some scope of the tree holds ``entry`` right now."""
-        return any(r.entry == entry and r.state == HELD for r in self.records)
+        return any(r.entry == entry and r.state == HELD for r in self)
 
     @property
     def held_keys(self) -> list[str]:
         """``held_keys``: one entry per held record, oldest first."""
-        return [r.entry for r in self.records if r.state == HELD]
+        return [r.entry for r in self if r.state == HELD]
+
+    def take_turn(self, entry: str, taker: str, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds until no branch unrelated to ``taker`` (a sibling's)
+        has a turn on ``entry``, then take one (nested turns of one line are counted).
+
+        False if a sibling kept its turn for the whole wait.
+        """
+        with self._changed:
+            turns = self._turns
+
+            def free() -> bool:
+                return all(related(other, taker) for other in turns.get(entry, ()))
+
+            if not self._changed.wait_for(free, timeout=max(timeout, 0.0)):
+                return False
+            mine = turns.setdefault(entry, {})
+            mine[taker] = mine.get(taker, 0) + 1
+            return True
+
+    def end_turn(self, entry: str, taker: str) -> None:
+        """Give back one turn ``taker`` took on ``entry`` (a no-op if it has none)."""
+        with self._changed:
+            mine = self._turns.get(entry)
+            if not mine or taker not in mine:
+                return
+            mine[taker] -= 1
+            if mine[taker] <= 0:
+                del mine[taker]
+            if not mine:
+                del self._turns[entry]
+            self._changed.notify_all()
 
     def to_list(self) -> list[dict[str, Any]]:
         """The JSON-ready form of every record."""
-        return [r.to_dict() for r in self.records]
+        with self._guard:
+            return [r.to_dict() for r in self.records]
 
     @classmethod
     def from_list(cls, items: list[dict[str, Any]]) -> Ledger:
@@ -155,10 +196,12 @@ class Ledger:
         return cls([HoldRecord.from_dict(item) for item in items])
 
     def __iter__(self) -> Iterator[HoldRecord]:
-        return iter(list(self.records))
+        with self._guard:
+            return iter(list(self.records))
 
     def __len__(self) -> int:
-        return len(self.records)
+        with self._guard:
+            return len(self.records)
 
     def __repr__(self) -> str:
         return f"<Ledger {self.held_keys}>"

@@ -4,17 +4,37 @@ The engine binds the owner (``bind_owner``) while it runs an execution, so a ``L
 a step body (or by a composed child) on a key the execution already holds is re-entrant
 instead of deadlocking on itself. The binding is per thread: work handed to another thread is
 another owner, even when it carries a copy of the context.
+
+A ``@parallel`` reactor runs each branch (one step) in a thread of its own, under an owner
+derived from the execution's: ``"<root id>/<step>"`` (``branch_owner``). The store then keeps
+sibling branches apart like two executions, while ``encloses`` tells a scope which holds of the
+tree are its own or an ancestor's (the reactor's, taken under the root id), to re-enter.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import threading
 import uuid
+from collections.abc import Iterator
 from contextvars import ContextVar, Token
 
-__all__ = ["bind_owner", "new_owner", "owner_or_new", "running_owner", "unbind_owner"]
+__all__ = [
+    "bind_owner",
+    "branch_owner",
+    "encloses",
+    "new_owner",
+    "owner_or_new",
+    "owning",
+    "related",
+    "running_owner",
+    "unbind_owner",
+]
+
+#: Separates an owner from the branch below it: ``"<root id>/<step>/<step of a child>"``.
+BRANCH_SEPARATOR = "/"
 
 # The root execution id of the execution running in this thread, and that thread. A context
 # copied into another thread (``contextvars.copy_context``, ``asyncio.to_thread``) carries the
@@ -61,3 +81,32 @@ def new_owner() -> str:
 def owner_or_new(owner: str | None) -> str:
     """``owner`` if given, else the owner bound in this thread, else a fresh id."""
     return owner or running_owner() or new_owner()
+
+
+@contextlib.contextmanager
+def owning(owner: str) -> Iterator[None]:
+    """Make ``owner`` the owner of holds taken in this thread for the block (then restore)."""
+    token = bind_owner(owner)
+    try:
+        yield
+    finally:
+        unbind_owner(token)
+
+
+def branch_owner(owner: str, step: str) -> str:
+    """The owner a parallel branch running ``step`` works under, below ``owner``.
+
+    Deterministic, so a branch run again after a park or a crash finds the holds it left.
+    """
+    return f"{owner}{BRANCH_SEPARATOR}{step}"
+
+
+def encloses(outer: str, inner: str) -> bool:
+    """Whether work running as ``inner`` is inside ``outer``'s: the same owner, or one of its
+    branches (at any depth). A hold of ``outer`` is then one to re-enter, never to wait for."""
+    return inner == outer or inner.startswith(outer + BRANCH_SEPARATOR)
+
+
+def related(one: str, other: str) -> bool:
+    """Whether two owners are on one line of descent (neither is a sibling's branch)."""
+    return encloses(one, other) or encloses(other, one)

@@ -14,6 +14,13 @@ a park, or in another process — finds and adopts its own holds. The order::
 
 Every key is computed before anything is taken, so a key function that fails takes nothing.
 Release runs in reverse on every outcome; the period is marked only on a plain success.
+
+Re-entrancy follows owners (``coordination.owner``). A scope re-enters what an *enclosing*
+scope of the tree holds: one whose owner is this thread's owner or an ancestor of it (the
+reactor's own holds, under the root id, seen from a ``@parallel`` branch working as
+``"<root id>/<step>"``) — never a sibling branch's. A lock or semaphore slot held by an ancestor
+is re-entered in the store *as that ancestor* (its nesting count goes up), and sibling branches
+take turns on it in this process (``Ledger.take_turn``), so they still exclude each other.
 """
 
 from __future__ import annotations
@@ -25,8 +32,9 @@ from types import MappingProxyType
 from typing import Any
 
 from py_reactor.coordination.declarations import ORDER, Declaration
-from py_reactor.coordination.gates import Busy, Entered, Gate, gate_for
+from py_reactor.coordination.gates import Answer, Busy, Entered, Gate, gate_for
 from py_reactor.coordination.holds import HELD, HoldRecord, Ledger
+from py_reactor.coordination.owner import encloses, owning, running_owner
 from py_reactor.errors import CoordinationError, CoordinationKeyError
 
 __all__ = ["STAGES", "Admission", "Scope", "compute_key"]
@@ -35,6 +43,9 @@ logger = logging.getLogger("py_reactor")
 
 #: ``emit(event_name, key, **fields)``: how a scope reports acquisitions to the engine.
 Emit = Callable[..., None]
+
+#: ``HoldRecord.data`` of a hold re-entered through an ancestor's: the branch owner inside it.
+TAKER = "taker"
 
 #: The fixed order as (primitive, stage): ``check`` looks before anything is taken, ``enter``
 #: takes. The period is looked at early (stop before taking anything) and claimed under the
@@ -205,21 +216,33 @@ class Scope:
                 exc.args = (exc.message,)
         return exc
 
-    def _enclosed(self, gate: Gate) -> bool:
+    def _enclosing(self, gate: Gate, owner: str | None) -> HoldRecord | None:
+        """The hold of an enclosing scope of the tree on ``gate``'s entry, if any: held, taken
+        by another scope, and owned by ``owner`` (this thread's) or an ancestor of it. With no
+        owner bound, any such hold of the tree counts (as it always did)."""
+        for record in self.ledger:
+            if (
+                record.entry == gate.entry
+                and record.state == HELD
+                and record.holder != self.holder
+                and (owner is None or encloses(record.owner, owner))
+            ):
+                return record
+        return None
+
+    def _enclosed(self, gate: Gate, owner: str | None) -> bool:
         """Whether an enclosing scope of the tree holds ``gate``'s entry (re-entered by ledger)."""
-        return gate.by_ledger and any(
-            r.entry == gate.entry and r.state == HELD and r.holder != self.holder
-            for r in self.ledger
-        )
+        return gate.by_ledger and self._enclosing(gate, owner) is not None
 
     def _enter(self) -> Admission:
         passed: set[str] = set()  # re-entered through an enclosing hold: nothing to take
+        owner = running_owner()
         for name, stage in STAGES:
             gate = self._gates.get(name)
             if gate is None or name in passed:
                 continue
             self._taking = name
-            if self._enclosed(gate):
+            if self._enclosed(gate, owner):
                 passed.add(name)
                 continue
             mine = self.ledger.find(self.holder, name)
@@ -228,7 +251,7 @@ class Scope:
                 if skip is not None:
                     return Admission(skip.reason)
                 continue
-            answer = gate.enter(mine, owner=None, wait=self._wait(name))
+            answer, taker = self._take(gate, name, mine, owner)
             record = answer.record
             if self.recovered and isinstance(answer, Entered) and answer.fresh and record:
                 self._shed_leftovers(gate, record)
@@ -237,6 +260,8 @@ class Scope:
                     self.ledger.remove(mine)
                 if record is not None:
                     record.holder, record.step = self.holder, self.step
+                    if taker is not None:
+                        record.data[TAKER] = taker
                     self.ledger.add(record)
             if isinstance(answer, Busy):
                 self._report(f"{name}.acquisition_failed", name, error=answer.error)
@@ -246,6 +271,44 @@ class Scope:
             if answer.fresh:
                 self._report(f"{name}.acquired", name, **answer.fields)
         return Admission.PROCEED
+
+    def _take(
+        self, gate: Gate, name: str, mine: HoldRecord | None, owner: str | None
+    ) -> tuple[Answer, str | None]:
+        """Enter ``gate`` (adopting ``mine``); and the branch owner that holds a turn on it,
+        when the hold is an ancestor's, re-entered as that ancestor.
+
+        A lock or semaphore slot an ancestor holds cannot be taken under this branch's own
+        owner (the store would make the branch wait for its own reactor), so it is re-entered
+        under the ancestor's; a sibling that re-entered it first is waited for in this process,
+        up to the gate's wait (at least its ttl: a sibling is this execution's own work).
+        """
+        wait = self._wait(name)
+        ancestor = None
+        if gate.exclusive and owner is not None:
+            if mine is not None and mine.data.get(TAKER) == owner:
+                ancestor = mine.owner  # adopted after a park: it was re-entered the same way
+            else:
+                enclosing = self._enclosing(gate, owner)
+                if enclosing is not None and enclosing.owner != owner:
+                    ancestor = enclosing.owner
+        if ancestor is None or owner is None:
+            return gate.enter(mine, owner=None, wait=wait), None
+        exclusive = getattr(gate.p, "limit", 1) == 1  # a wider semaphore is shared anyway
+        if exclusive and not self.ledger.take_turn(gate.entry, owner, _turn_wait(gate, wait)):
+            return Busy(_sibling_busy(gate, owner)), None
+        try:
+            with owning(ancestor):
+                answer = gate.enter(mine, owner=None, wait=wait)
+        except BaseException:
+            if exclusive:
+                self.ledger.end_turn(gate.entry, owner)
+            raise
+        if not isinstance(answer, Entered):
+            if exclusive:
+                self.ledger.end_turn(gate.entry, owner)
+            return answer, None
+        return answer, (owner if exclusive else None)
 
     def _shed_leftovers(self, gate: Gate, record: HoldRecord) -> None:
         """In a run that resumes a dead runner's (``recovered``), a fresh hold nested deeper in
@@ -296,6 +359,7 @@ class Scope:
         self._release(given, succeeded=False, failed=False)
         for record in self.records():
             self._gates[record.primitive].detach(record)
+            self._end_turn(record)
 
     def detach(self) -> None:
         """Keep every hold of this scope in the ledger but stop extending it here (a park of
@@ -303,6 +367,14 @@ class Scope:
         again on resume)."""
         for record in self.records():
             self._gates[record.primitive].detach(record)
+            self._end_turn(record)
+
+    def _end_turn(self, record: HoldRecord) -> None:
+        """Give back the branch's turn on a hold it re-entered through an ancestor's (nothing
+        of this branch runs inside it any more; adopting it again takes the turn again)."""
+        taker = record.data.get(TAKER)
+        if taker is not None:
+            self.ledger.end_turn(record.entry, taker)
 
     def _release(self, records: list[HoldRecord], *, succeeded: bool, failed: bool) -> None:
         interrupted: BaseException | None = None
@@ -321,6 +393,8 @@ class Scope:
                 )
             except BaseException as exc:
                 interrupted = interrupted or exc
+            finally:
+                self._end_turn(record)  # a sibling waiting for the turn goes on once it is out
         if interrupted is not None:
             raise interrupted
 
@@ -336,3 +410,22 @@ class Scope:
     def _report(self, event: str, name: str, **fields: Any) -> None:
         if self.emit is not None:
             self.emit(event, self._keys[name], **fields)
+
+
+def _turn_wait(gate: Gate, wait: float | None) -> float:
+    """How long a branch waits for a sibling's turn on an ancestor's hold: the gate's wait, at
+    least the hold's ttl (the sibling is this execution's own work, soon done)."""
+    ttl = getattr(gate.p, "ttl", None) or getattr(gate.p, "lease", None) or 60.0
+    return max(float(wait or 0.0), float(ttl))
+
+
+def _sibling_busy(gate: Gate, owner: str) -> CoordinationError:
+    """The contention error of a branch whose sibling kept its turn on an ancestor's hold."""
+    busy: type[CoordinationError] = getattr(gate, "busy", CoordinationError)
+    return busy(
+        f"the {gate.primitive} {gate.key!r} is held by this execution's reactor and a sibling "
+        f"branch kept its turn inside it for longer than the {gate.primitive}'s ttl "
+        f"(branch {owner})",
+        primitive=gate.primitive,
+        key=gate.key,
+    )

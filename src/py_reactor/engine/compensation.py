@@ -35,25 +35,13 @@ def rollback(
     """Roll back ``run`` after ``failure``; return the failures of the rollback itself."""
     run.context.status = Status.ROLLING_BACK
     step = failure.step if failure else None
-    failed = failure.step if failure is not None and failure.work_started else None
     try:
         run.emit(ev.RollbackStarted, step)
-        if (
-            failure is not None
-            and failed is not None
-            and defines(declarations[failed], "compensate")
-        ):
-            decl = declarations[failed]
-            call = partial(failure.unit.compensate, failure.compensation_error)
-            # Under the holds its work kept, if any; else it re-takes them like an undo.
-            # Under the holds its work kept (extended first: the ttl must not run out during
-            # the compensate); re-taken instead if there are none, or one was lost meanwhile.
-            kept = failure.holds is not None and failure.holds.refresh()
-            held = (failure.held or {}) if kept else None
-            _call(run, "compensate", failed, call, decl, failure.arguments or {}, held=held)
+        if failure is not None:
+            compensate_failed(run, declarations, failure)
     finally:
         if failure is not None:
-            failure.release_holds()  # the failed step kept its keys through its compensate
+            failure.release_holds()  # interrupted before compensate_failed could
     undo_completed(run, declarations)
     run.emit(ev.RollbackFinished, step, failures=len(run.rollback_failures))
     return run.rollback_failures
@@ -71,7 +59,7 @@ def undo_completed(run: Run, declarations: Mapping[str, StepDeclaration]) -> Non
         name = context.completed[-1]
         decl = declarations[name]
         if decl.kind is StepKind.REACTOR:
-            _undo_child(run, name, decl)
+            undo_child(run, name, decl)
         elif decl.kind is StepKind.MAP:
             undo_elements(run, name, decl)
         elif defines(decl, "undo"):
@@ -95,11 +83,30 @@ def undo_elements(run: Run, name: str, decl: StepDeclaration) -> None:
         key = f"{prefix}{index}]"
         child = run.context.children.get(key)
         if child is not None and child.status is Status.COMPLETED:
-            _undo_child(run, key, decl)
+            undo_child(run, key, decl)
         run.context.children.pop(key, None)
 
 
-def _undo_child(run: Run, name: str, decl: StepDeclaration) -> None:
+def compensate_failed(
+    run: Run, declarations: Mapping[str, StepDeclaration], failure: StepFailure
+) -> None:
+    """Compensate the step ``failure`` reports (if its work started and it has a compensate),
+    then release the holds its work kept through the compensate."""
+    failed = failure.step if failure.work_started else None
+    try:
+        if failed is not None and defines(declarations[failed], "compensate"):
+            decl = declarations[failed]
+            call = partial(failure.unit.compensate, failure.compensation_error)
+            # Under the holds its work kept (extended first: the ttl must not run out during
+            # the compensate); re-taken instead if there are none, or one was lost meanwhile.
+            kept = failure.holds is not None and failure.holds.refresh()
+            held = (failure.held or {}) if kept else None
+            _call(run, "compensate", failed, call, decl, failure.arguments or {}, held=held)
+    finally:
+        failure.release_holds()  # the failed step kept its keys through its compensate
+
+
+def undo_child(run: Run, name: str, decl: StepDeclaration) -> None:
     """Undo a composed child (or an async reactor that was read): its completed steps, newest
     first, under the child's own reactor-level lock and semaphore, re-taken as a step's are."""
     child_context = run.context.children.get(name)

@@ -45,7 +45,7 @@ from py_reactor.errors import CoordinationError, InputValidationError, Serializa
 from py_reactor.observability import events as ev
 from py_reactor.observability.middleware import Middleware
 
-__all__ = ["execute", "failure_result", "run_one", "run_reactor"]
+__all__ = ["after_step", "check_storable", "execute", "failure_result", "run_one", "run_reactor"]
 
 
 def run_reactor(
@@ -187,6 +187,10 @@ def _walk(cls: type[Reactor], run: Run) -> Outcome:
     In a worker the context is checkpointed after every step; in the caller the walk stops at
     the hand-off step, if any.
     """
+    if getattr(cls, "__py_reactor_parallel__", None):  # @parallel: independent steps at once
+        from py_reactor.engine._parallel import walk_parallel
+
+        return walk_parallel(cls, run)
     context = run.context
     plan = cls.__py_reactor_plan__
     failure: StepFailure | None = None
@@ -196,21 +200,21 @@ def _walk(cls: type[Reactor], run: Run) -> Outcome:
             if name in context.results:
                 continue
             if name == run.handoff and run.worker is None:
-                unstorable = _unstorable(run, None)
+                unstorable = check_storable(run, None)
                 if unstorable is not None:  # a worker could never pick it up: roll back here
                     failure = unstorable
                     rollback(run, {n: p.declaration for n, p in plan.items()}, unstorable)
                     return fail(run, unstorable)
                 return DispatchedResult(context)  # still "running": the worker goes on with it
             result = run_one(run, cls, plan[name])
-            ended = _after_step(run, name, result, checkpoint)
+            ended = after_step(run, name, result, checkpoint)
             if ended is not None:
                 break
         else:
             ended = None
             if cls.returns is not None and cls.returns not in context.results:
                 reading = await_units(run, (cls.returns,), None)  # an unread unit's value
-                ended = _after_step(run, cls.returns, reading, None)
+                ended = after_step(run, cls.returns, reading, None)
         if isinstance(ended, StepFailure):
             failure = ended
             rollback(run, {n: p.declaration for n, p in plan.items()}, ended)
@@ -239,7 +243,7 @@ def run_one(run: Run, cls: type[Reactor], plan: StepPlan) -> object:
     return run_step(run, plan)
 
 
-def _after_step(
+def after_step(
     run: Run, name: str, result: object, checkpoint: Callable[[Context], None] | None
 ) -> Outcome | StepFailure | None:
     """What the walk does after step ``name`` answered ``result``: None to go on; an outcome to
@@ -261,11 +265,11 @@ def _after_step(
         run.emit(ev.ReactorHalted, name, reason=result.reason)
         return HaltedResult(run.context, reason=result.reason, step_name=name)
     if checkpoint is not None:  # a dispatched unit too: its id is stored before going on
-        return _unstorable(run, name, checkpoint)
+        return check_storable(run, name, checkpoint)
     return None
 
 
-def _unstorable(
+def check_storable(
     run: Run, step: str | None, checkpoint: Callable[[Context], None] | None = None
 ) -> StepFailure | None:
     """Store the context (``checkpoint``; without one, only check that it can be stored); a
