@@ -36,6 +36,9 @@ class Config:
         worker: where background work runs: ``"threads"`` (a thread pool in the dispatching
             process, the default) or ``"celery"`` (Celery workers, see ``docs/workers.md``).
         celery_queue: the Celery queue py_reactor's jobs are sent to (``"py_reactor"``).
+        celery_resend_after: seconds after which a job sent to Celery that no worker has
+            claimed yet is sent again (a prefork worker can reserve a message behind a busy
+            pool process; the copy that comes second runs nothing).
         worker_threads: the thread worker's pool size.
         park_max_attempts: parks on contention one execution may make before the next
             contention fails it (``math.inf``: no cap); ordered-lock turns never count.
@@ -59,6 +62,7 @@ class Config:
     worker: str = "threads"
     worker_threads: int = 8
     celery_queue: str = "py_reactor"
+    celery_resend_after: float = 5.0
     park_max_attempts: float = 20
     park_delay: float = 5.0
     park_jitter: float = 5.0
@@ -77,7 +81,7 @@ class Config:
             f"Config(middleware={self.middleware!r}, redis_url={url!r}, "
             f"embedded_dir={self.embedded_dir!r}, rate_limits={dict(self.rate_limits)!r}, "
             f"worker={self.worker!r}, worker_threads={self.worker_threads}, "
-            f"celery_queue={self.celery_queue!r}, "
+            f"celery_queue={self.celery_queue!r}, celery_resend_after={self.celery_resend_after}, "
             f"park_max_attempts={self.park_max_attempts}, park_delay={self.park_delay}, "
             f"park_jitter={self.park_jitter}, execution_lease={self.execution_lease}, "
             f"async_wait_timeout={self.async_wait_timeout}, "
@@ -98,6 +102,7 @@ def configure(
     worker: str | None = None,
     worker_threads: int | None = None,
     celery_queue: str | None = None,
+    celery_resend_after: float | None = None,
     park_max_attempts: float | None = None,
     park_delay: float | None = None,
     park_jitter: float | None = None,
@@ -119,6 +124,10 @@ def configure(
             needs ``redis_url`` (the store is the broker too) and ``py_reactor[celery]``.
         worker_threads: the size of that pool (>= 1, default 8).
         celery_queue: the Celery queue py_reactor's jobs go to (default ``"py_reactor"``).
+        celery_resend_after: seconds after which a Celery job no worker has claimed is sent
+            again (default 5; then twice as long after each send in a row that no claim
+            followed, up to 32 times): a prefork worker may reserve a message behind a pool
+            process busy with a long step, and the copy that comes second runs nothing.
         park_max_attempts: parks on contention an execution may make (default 20;
             ``math.inf`` for no cap); the next contention fails it.
         park_delay: seconds after which a parked execution is dispatched again at the latest
@@ -171,6 +180,7 @@ def configure(
         ("park_delay", park_delay, 0),
         ("park_jitter", park_jitter, 0),
         ("execution_lease", execution_lease, 0.001),
+        ("celery_resend_after", celery_resend_after, 0.001),
         ("async_wait_timeout", async_wait_timeout, 0),
         ("async_park_timeout", async_park_timeout, 0),
     ):
@@ -178,8 +188,8 @@ def configure(
             continue
         if not isinstance(value, int | float) or isinstance(value, bool) or not value >= least:
             raise ValueError(f"configure({option}=...) takes a number >= {least:g}, got {value!r}")
-        if option == "execution_lease" and value == float("inf"):
-            raise ValueError("configure(execution_lease=...) must be finite")
+        if option in ("execution_lease", "celery_resend_after") and value == float("inf"):
+            raise ValueError(f"configure({option}=...) must be finite")
         changes[option] = value
     if embedded_dir is not None:
         if not isinstance(embedded_dir, str) or not embedded_dir:

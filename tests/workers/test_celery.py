@@ -384,6 +384,25 @@ def test_a_duplicated_job_runs_the_execution_once(raw: redis.Redis, key: str) ->
     assert [what for what, _ in records(raw, key)] == ["first", "second", "third"]
 
 
+def test_a_job_nobody_claims_is_sent_again_after_celery_resend_after(
+    raw: redis.Redis, key: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first job of a run never reaches a worker (dropped here, as a lost message, or one
+    reserved behind a busy pool process, would be): a worker's dispatcher sends it again
+    ``celery_resend_after`` seconds later (1 s here; it was the 30 s execution lease)."""
+    from py_reactor.workers import celery
+
+    dropped: list[str] = []
+    monkeypatch.setattr(celery, "send", lambda execution_id, *a, **k: dropped.append(execution_id))
+    configure(celery_resend_after=1.0)
+    started = time.monotonic()
+    out = r.Three.run(key=key, n=1)
+    assert dropped == [out.execution_id]  # the caller's own send went nowhere
+    assert out.wait(timeout=30).is_success
+    assert time.monotonic() - started < 15  # sent again within seconds, by a worker
+    assert [what for what, _ in records(raw, key)] == ["first", "second", "third"]
+
+
 def test_a_stale_job_for_a_parked_execution_runs_nothing(raw: redis.Redis, key: str) -> None:
     """The first job (epoch 0) ran and parked the execution; a late copy of it (redelivered,
     duplicated) finds the epoch moved: no second attempt, no second park."""

@@ -101,7 +101,7 @@ class Dispatcher:
         """Send a job for each of ``ids`` still due (and not being sent by another)."""
         executions = _executions()
         for execution_id, epoch, queue in executions.take_for_sending(
-            ids, resend_after=get_config().execution_lease
+            ids, resend_after=get_config().celery_resend_after
         ):
             send(execution_id, epoch, queue=queue or None)
 

@@ -172,7 +172,7 @@ def dispatch(cls: type[Reactor], context: Context) -> None:
         text = dumps_context(context)
         created = _executions().create(
             context.execution_id, class_path(cls), text, "pending",
-            sent_by_caller=config.execution_lease, queue=config.celery_queue,
+            sent_by_caller=config.celery_resend_after, queue=config.celery_queue,
         )  # fmt: skip
         if created:  # else it was dispatched before (an async unit's id is derived, not random)
             celery.send(context.execution_id, 0, priority=celery.NEW_WORK_PRIORITY)
