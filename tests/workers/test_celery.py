@@ -8,6 +8,7 @@ restart Redis start workers (and a server) of their own, on a queue of their own
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -98,6 +99,47 @@ class Worker:
             except subprocess.TimeoutExpired:
                 self.kill()
         self.log.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def serving(
+    url: str,
+    queue: str,
+    imports: str,
+    ping: type[Reactor],
+    started: list[Worker],
+    park_delay: float = 30.0,
+) -> Iterator[list[Worker]]:
+    """Two worker processes (four pool processes in all) serving ``queue`` for a whole module,
+    importing ``imports``, their park timer at ``park_delay`` s without jitter (a resume within
+    seconds was woken, not timed), with the default execution lease; listed in ``started``
+    while they run (their logs explain a run that did not end). One job (``ping``, a
+    ``@background`` reactor of ``imports``) goes through the queue before the first test: a
+    worker that says it is ready may still take a while over its first job on a loaded
+    machine."""
+    settings = {"PY_REACTOR_TEST_PARK_DELAY": str(park_delay), "PY_REACTOR_TEST_PARK_JITTER": "0"}
+    started[:] = [
+        Worker(url, queue, settings=settings, imports=imports, lease=None) for _ in range(2)
+    ]
+    try:
+        for worker in started:
+            worker.wait_ready()
+        configure(worker="celery", redis_url=url, celery_queue=queue)
+        warm = ping.run().wait(timeout=120)
+        assert warm.is_success, warm
+        yield list(started)
+    finally:
+        for worker in started:
+            worker.stop()
+        started.clear()
+
+
+def on_queue(url: str, queue: str, park_delay: float = 30.0) -> None:
+    """Dispatch to ``queue`` (and no thread worker of this process competes for the work)."""
+    workers.stop()
+    configure(
+        worker="celery", redis_url=url, celery_queue=queue, park_delay=park_delay, park_jitter=0
+    )
 
 
 def start_workers(

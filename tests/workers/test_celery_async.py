@@ -18,24 +18,14 @@ from typing import Any
 import pytest
 import redis
 
-from py_reactor import Lock, configure, find, workers
+from py_reactor import Lock, find
 from tests._overlap import OverlapRecorder
 from tests.workers import _celery_async_reactors as a
-from tests.workers.test_celery import Worker, records, until
+from tests.workers.test_celery import Worker, on_queue, records, serving, until
 
 QUEUE = "py_reactor_async_units"
 PARK_DELAY = 30.0  # the workers' park timer: far longer than any wake may take
 WOKEN_WITHIN = 5.0  # a resume this soon after the event can only be a wake
-
-
-def unit_worker(url: str) -> Worker:
-    """A ``py-reactor worker`` that imports this module's reactors, serving ``QUEUE``, its
-    park timer at ``PARK_DELAY`` s without jitter. Its execution lease is the default (30 s),
-    not the 2 s of the recovery tests: a pool process stalled a second or two on a busy
-    machine must not have its run recovered (and its body run again) behind its back."""
-    settings = {"PY_REACTOR_TEST_PARK_DELAY": str(PARK_DELAY), "PY_REACTOR_TEST_PARK_JITTER": "0"}
-    return Worker(url, QUEUE, settings=settings, imports="tests.workers._celery_async_reactors",
-                  lease=None)  # fmt: skip
 
 
 #: The module's workers while they run (their logs explain a run that did not end).
@@ -44,32 +34,15 @@ STARTED: list[Worker] = []
 
 @pytest.fixture(scope="module")
 def unit_workers(redis_url: str) -> Iterator[list[Worker]]:
-    """Two worker processes (four pool processes in all) for the whole module."""
-    STARTED[:] = [unit_worker(redis_url) for _ in range(2)]
-    try:
-        for worker in STARTED:
-            worker.wait_ready()
-        # One job through this module's queue before the first test: a worker that says it is
-        # ready may still take a while over its first job (seen once, on a loaded machine, as
-        # the first tests' jobs not picked up within 30 s).
-        configure(worker="celery", redis_url=redis_url, celery_queue=QUEUE)
-        warm = a.Ping.run().wait(timeout=120)
-        assert warm.is_success, warm
-        yield list(STARTED)
-    finally:
-        for worker in STARTED:
-            worker.stop()
-        STARTED.clear()
+    with serving(
+        redis_url, QUEUE, "tests.workers._celery_async_reactors", a.Ping, STARTED, PARK_DELAY
+    ) as started:
+        yield started
 
 
 @pytest.fixture(autouse=True)
 def _on_celery(_default_settings: None, unit_workers: list[Worker], redis_url: str) -> None:
-    """Dispatch to this module's queue (no thread worker of this process competes for it)."""
-    workers.stop()
-    configure(
-        worker="celery", redis_url=redis_url, celery_queue=QUEUE, park_delay=PARK_DELAY,
-        park_jitter=0,
-    )  # fmt: skip
+    on_queue(redis_url, QUEUE, PARK_DELAY)
 
 
 @pytest.fixture

@@ -15,46 +15,30 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from py_reactor import Lock, configure, find, workers
+from py_reactor import Lock, find
 from py_reactor.errors import InputValidationError, InterruptTimeoutError, ResumeError
 from py_reactor.testing import assert_paused_at
 from tests.workers import _celery_interrupt_reactors as c
-from tests.workers.test_celery import Worker, records, until
+from tests.workers.test_celery import Worker, on_queue, records, serving, until
 
 QUEUE = "py_reactor_interrupts"
 PARK_DELAY = 30.0  # the workers' park timer: a resume within seconds was woken, not timed
 
 
-def interrupt_worker(url: str) -> Worker:
-    """A ``py-reactor worker`` importing this module's reactors, serving ``QUEUE``, its park
-    timer at ``PARK_DELAY`` s without jitter, with the default execution lease."""
-    settings = {"PY_REACTOR_TEST_PARK_DELAY": str(PARK_DELAY), "PY_REACTOR_TEST_PARK_JITTER": "0"}
-    imports = "tests.workers._celery_interrupt_reactors"
-    return Worker(url, QUEUE, settings=settings, imports=imports, lease=None)
+#: The module's workers while they run (their logs explain a run that did not end).
+STARTED: list[Worker] = []
 
 
 @pytest.fixture(scope="module")
 def interrupt_workers(redis_url: str) -> Iterator[list[Worker]]:
-    started: list[Worker] = [interrupt_worker(redis_url) for _ in range(2)]
-    try:
-        for worker in started:
-            worker.wait_ready()
-        configure(worker="celery", redis_url=redis_url, celery_queue=QUEUE)
-        warm = c.Ping.run().wait(timeout=120)  # a first job through the queue: workers warm
-        assert warm.is_success, warm
+    reactors = "tests.workers._celery_interrupt_reactors"
+    with serving(redis_url, QUEUE, reactors, c.Ping, STARTED, PARK_DELAY) as started:
         yield started
-    finally:
-        for worker in started:
-            worker.stop()
 
 
 @pytest.fixture(autouse=True)
 def _on_celery(_default_settings: None, interrupt_workers: list[Worker], redis_url: str) -> None:
-    workers.stop()
-    configure(
-        worker="celery", redis_url=redis_url, celery_queue=QUEUE, park_delay=PARK_DELAY,
-        park_jitter=0,
-    )  # fmt: skip
+    on_queue(redis_url, QUEUE, PARK_DELAY)
 
 
 @pytest.fixture

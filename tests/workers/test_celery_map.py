@@ -18,24 +18,16 @@ from typing import Any
 import pytest
 import redis
 
-from py_reactor import Lock, MapResult, Middleware, configure, find, workers
+from py_reactor import Lock, MapResult, Middleware, configure, find
 from py_reactor.engine._fan_out import element_id
 from py_reactor.engine.context import Context
 from py_reactor.observability import events as ev
 from tests.workers import _celery_map_reactors as c
-from tests.workers.test_celery import Worker, records, until
+from tests.workers.test_celery import Worker, on_queue, records, serving, until
 
 QUEUE = "py_reactor_map_fan_out"
 PARK_DELAY = 30.0  # the workers' park timer: far longer than any wake may take
 WOKEN_WITHIN = 5.0  # a resume this soon after the event can only be a wake
-
-
-def map_worker(url: str) -> Worker:
-    """A ``py-reactor worker`` importing this module's reactors, serving ``QUEUE``, its park
-    timer at ``PARK_DELAY`` s without jitter, with the default execution lease (30 s)."""
-    settings = {"PY_REACTOR_TEST_PARK_DELAY": str(PARK_DELAY), "PY_REACTOR_TEST_PARK_JITTER": "0"}
-    return Worker(url, QUEUE, settings=settings, imports="tests.workers._celery_map_reactors",
-                  lease=None)  # fmt: skip
 
 
 #: The module's workers while they run (their logs explain a run that did not end).
@@ -44,31 +36,15 @@ STARTED: list[Worker] = []
 
 @pytest.fixture(scope="module")
 def map_workers(redis_url: str) -> Iterator[list[Worker]]:
-    """Two worker processes (four pool processes in all) for the whole module."""
-    STARTED[:] = [map_worker(redis_url) for _ in range(2)]
-    try:
-        for worker in STARTED:
-            worker.wait_ready()
-        # One job through the queue first: a worker that says it is ready may still take a
-        # while over its first job on a loaded machine.
-        configure(worker="celery", redis_url=redis_url, celery_queue=QUEUE)
-        warm = c.Ping.run().wait(timeout=120)
-        assert warm.is_success, warm
-        yield list(STARTED)
-    finally:
-        for worker in STARTED:
-            worker.stop()
-        STARTED.clear()
+    with serving(
+        redis_url, QUEUE, "tests.workers._celery_map_reactors", c.Ping, STARTED, PARK_DELAY
+    ) as started:
+        yield started
 
 
 @pytest.fixture(autouse=True)
 def _on_celery(_default_settings: None, map_workers: list[Worker], redis_url: str) -> None:
-    """Dispatch to this module's queue (no thread worker of this process competes for it)."""
-    workers.stop()
-    configure(
-        worker="celery", redis_url=redis_url, celery_queue=QUEUE, park_delay=PARK_DELAY,
-        park_jitter=0,
-    )  # fmt: skip
+    on_queue(redis_url, QUEUE, PARK_DELAY)
 
 
 @pytest.fixture
