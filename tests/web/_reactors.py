@@ -12,6 +12,7 @@ from py_reactor import (
     Result,
     background,
     interrupt,
+    parallel,
     step,
     with_lock,
     with_ordered_lock,
@@ -122,3 +123,29 @@ class Review(Reactor):
         return f"approved={approval['approved']}"
 
     returns = "record"
+
+
+@background
+@parallel
+class Branches(Reactor):
+    """Two branches at once, each under a lock of its own, running until their gate opens:
+    their holds are under the branch owners (``"<root id>/<step>"``)."""
+
+    key: str
+
+    @step
+    @with_lock(lambda args: f"left:{args['key']}", ttl=30)
+    def left(key: str) -> str:
+        return _gated(f"{key}-left")
+
+    @step
+    @with_lock(lambda args: f"right:{args['key']}", ttl=30)
+    def right(key: str) -> str:
+        return _gated(f"{key}-right")
+
+
+def _gated(name: str) -> str:
+    STARTED[name].set()
+    if not GATES[name].wait(20):
+        raise TimeoutError(f"the test never opened the gate of {name}")
+    return "done"

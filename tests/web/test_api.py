@@ -272,6 +272,29 @@ def test_every_kind_of_hold_of_a_running_step_is_listed(key: str) -> None:
     assert marker["expires_in"] > 0
 
 
+def test_the_holds_of_parallel_branches_belong_to_their_execution(key: str) -> None:
+    """A @parallel run's branches hold under owners of their own ("<root id>/<step>"): the
+    dashboard lists those holds as the execution's, step by step, not as outside ones."""
+    names = (f"{key}-left", f"{key}-right")
+    for name in names:
+        r.GATES[name], r.STARTED[name] = threading.Event(), threading.Event()
+    out = r.Branches.run(key=key)
+    assert all(r.STARTED[name].wait(10) for name in names)
+    try:
+        state = client(app()).get("/api/holds").json()
+        holds = {h["key"]: h for h in state["holds"] if h["key"].endswith(key)}
+        assert set(holds) == {f"left:{key}", f"right:{key}"}
+        for step in ("left", "right"):
+            hold = holds[f"{step}:{key}"]
+            assert hold["execution_id"] == out.execution_id
+            assert hold["owner"] == f"{out.execution_id}/{step}"
+            assert (hold["scope"], hold["step"]) == ("step", step)
+    finally:
+        for name in names:
+            r.GATES[name].set()
+    assert out.wait(timeout=10).is_success
+
+
 def test_holds_kept_across_a_park_come_from_the_stored_ledger(key: str) -> None:
     """A run parked at its step still holds its reactor-level lock and its ordered-lock turn:
     both are listed from its stored ledger, checked live against the store."""

@@ -12,11 +12,13 @@ py_reactor's namespace. The JSON shapes are documented in ``docs/operations.md``
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
 from py_reactor.coordination.holds import CHARGED, HELD, WAITING
+from py_reactor.coordination.owner import BRANCH_SEPARATOR
 from py_reactor.storage import keys
 from py_reactor.storage.executions import StoredExecution
 from py_reactor.storage.redis import RedisStore
@@ -242,7 +244,8 @@ class Reader:
         """A hold found in the store that no ledger lists: taken by a running execution whose
         ledger is not checkpointed yet (its step is named from the declarations), in a step
         body, or outside any execution."""
-        stored = executions.get(owner)
+        execution_id = execution_of(owner, executions)
+        stored = None if execution_id is None else executions[execution_id]
         scope, step = "outside", None
         if stored is not None:
             context = load_context(stored)
@@ -253,7 +256,7 @@ class Reader:
             "key": key,
             "step": step,
             "scope": scope,
-            "execution_id": None if stored is None else owner,
+            "execution_id": execution_id,
             "reactor": None if stored is None else stored.reactor,
             "owner": owner,
             "state": HELD,
@@ -321,7 +324,7 @@ class Reader:
         holders = [
             {
                 "owner": owner,
-                "execution_id": owner if owner in executions else None,
+                "execution_id": execution_of(owner, executions),
                 "count": int(counts.get(owner, 1)),
                 "lease_left": (score - self.now_ms) / 1000,
             }
@@ -430,7 +433,7 @@ class Reader:
                     "key": key,
                     "bucket": bucket,
                     "owner": owner,
-                    "execution_id": owner if owner in executions else None,
+                    "execution_id": execution_of(owner, executions),
                     "count": int(data.get("count") or 1),
                     "lease_left": self._ttl(self.client.pttl(name)),
                 }
@@ -468,3 +471,13 @@ class Reader:
                     counters = found.counters.setdefault((key, int(window)), {})
                     counters[int(index)] = str(name)
         return found
+
+
+def execution_of(owner: str, executions: Mapping[str, Any]) -> str | None:
+    """The stored execution a store owner belongs to: the owner itself (the root id), or the
+    root of a ``@parallel`` branch's owner (``"<root id>/<step>"``); None for a hold taken
+    outside any execution."""
+    for candidate in (owner, owner.split(BRANCH_SEPARATOR, 1)[0]):
+        if candidate in executions:
+            return candidate
+    return None
