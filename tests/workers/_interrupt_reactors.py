@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from py_reactor import (
+    Element,
     Failure,
     Input,
     Reactor,
@@ -18,6 +19,8 @@ from py_reactor import (
     background,
     compose,
     interrupt,
+    map_step,
+    parallel,
     step,
     with_lock,
 )
@@ -202,3 +205,50 @@ class HandedOffLater(Reactor):
         return "last"
 
     returns = "last"
+
+
+@parallel
+class ParallelReview(Reactor):
+    """A @parallel reactor: ``fetch`` runs as a branch while the run reaches ``review``."""
+
+    key: str
+
+    @step()
+    def fetch(key: str) -> str:
+        log(key, "fetch")
+        return "fetched"
+
+    review = interrupt()
+
+    @step(payload=Result("review"), fetched=Result("fetch"))
+    def decide(key: str, payload: dict[str, Any], fetched: str) -> str:
+        log(key, f"decide {payload.get('ok')} {fetched}")
+        return f"decided {payload.get('ok')}"
+
+    returns = "decide"
+
+
+class Line(Reactor):
+    """A map element that pauses: one answer per element."""
+
+    key: str
+    n: int
+
+    ask = interrupt()
+
+    @step(answer=Result("ask"))
+    def use(key: str, n: int, answer: dict[str, Any]) -> int:
+        log(key, f"use {n} {answer.get('x')}")
+        return n * int(answer.get("x", 0))
+
+    returns = "use"
+
+
+class Lines(Reactor):
+    """A map whose every element pauses once; the run pauses at ``lines[<i>].ask``."""
+
+    key: str
+    items: list[int]
+
+    lines = map_step(Line, source=Input("items"), key=Input("key"), n=Element("lines"))
+    returns = "lines"

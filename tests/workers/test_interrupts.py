@@ -272,6 +272,29 @@ def test_an_interrupt_inside_a_composed_child_pauses_the_whole_run(key: str) -> 
     assert r.LOG[key] == ["before", "inner 3", "after inner 3"]
 
 
+def test_a_parallel_reactor_pauses_once_its_running_branches_finish(key: str) -> None:
+    out = r.ParallelReview.run(key=key)
+    assert out.status == "paused"
+    assert_paused_at(out.execution_id, "review")
+    assert out.results["fetch"] == "fetched"  # the branch that ran meanwhile was merged
+    done = r.ParallelReview.resume(out.execution_id, {"ok": True})
+    assert done.value == "decided True"
+    assert r.LOG[key] == ["fetch", "decide True fetched"]
+
+
+def test_each_map_element_that_pauses_is_resumed_in_turn(key: str) -> None:
+    out = r.Lines.run(key=key, items=[2, 3])
+    assert out.status == "paused"
+    assert out.step_name == "lines[0].ask"
+    second = r.Lines.resume(out.execution_id, {"x": 10})
+    assert second.status == "paused"
+    assert second.step_name == "lines[1].ask"
+    assert_paused_at(out.execution_id, "lines[1].ask")
+    done = r.Lines.resume(out.execution_id, {"x": 100})
+    assert done.value == [20, 300]
+    assert r.LOG[key] == ["use 2 10", "use 3 100"]
+
+
 def test_cancel_stops_a_paused_run_and_frees_its_correlation_id(key: str) -> None:
     out = r.Refund.run(key=key)
     cancelled = r.Refund.cancel(out.execution_id, reason="nobody reviews")
