@@ -46,9 +46,13 @@ class Dispatches(Middleware):
 
     def __init__(self) -> None:
         self.events: list[ev.UnitDispatched] = []
+        self.failed: list[str | None] = []  # the step of every StepFailed
 
     def on_unit_dispatched(self, event: ev.UnitDispatched) -> None:
         self.events.append(event)
+
+    def on_step_failed(self, event: ev.StepFailed) -> None:
+        self.failed.append(event.step)
 
     def ids(self) -> list[str]:
         return [e.unit_execution_id for e in self.events]
@@ -397,6 +401,7 @@ def test_a_caller_waiting_too_long_for_an_element_fails_the_step_naming_the_opti
     assert "async_wait_timeout" in text
     failed = [e["step"] for e in outcome.trace if e["type"] == "failed"]
     assert failed == ["charges"]
+    assert dispatches.failed == ["charges"]  # and told to middleware once
     assert "map_fan_out" not in outcome.context.private
     until(lambda: status(element) == "completed", "the element went on and ended")
 

@@ -383,14 +383,27 @@ def _source_of(origin: dict[str, Any], arg: str) -> tuple[Any, str]:
     return (source if isinstance(source, Result) else None), step
 
 
-def _wait(run: Run, name: str, execution_id: str, label: str | None, step_level: bool) -> Any:
-    """The ended unit's outcome, or what to do instead: park (worker) or fail (timed out)."""
+def _wait(
+    run: Run,
+    name: str,
+    execution_id: str,
+    label: str | None,
+    step_level: bool,
+    *,
+    report: bool = True,
+) -> Any:
+    """The ended unit's outcome, or what to do instead: park (worker) or fail (timed out).
+
+    ``report``: trace and announce a timeout here (False: the caller's step runner reports the
+    failure itself, as a map step's does)."""
     config = get_config()
     worker = run.worker
     if worker is None:
         outcome = unit_backend().wait(execution_id, config.async_wait_timeout)
         if outcome is None:
-            return _timed_out(run, name, execution_id, label, config.async_wait_timeout, "wait")
+            return _timed_out(
+                run, name, execution_id, label, config.async_wait_timeout, "wait", report
+            )
         return outcome
     waits: dict[str, list[float]] = run.context.private.setdefault(WAITS, {})
     outcome = unit_backend().wait(execution_id, GRACE)
@@ -402,7 +415,7 @@ def _wait(run: Run, name: str, execution_id: str, label: str | None, step_level:
     first, parks = waits.setdefault(name, [time.time(), 0])
     left = first + config.async_park_timeout - time.time()
     if left <= 0:
-        return _timed_out(run, name, execution_id, label, config.async_park_timeout, "park")
+        return _timed_out(run, name, execution_id, label, config.async_park_timeout, "park", report)
     waits[name] = [first, parks + 1]
     path = (worker.prefix.rstrip(".") or None) if label is None else worker.prefix + label
     return park(
@@ -412,7 +425,13 @@ def _wait(run: Run, name: str, execution_id: str, label: str | None, step_level:
 
 
 def _timed_out(
-    run: Run, name: str, execution_id: str, label: str | None, seconds: float, how: str
+    run: Run,
+    name: str,
+    execution_id: str,
+    label: str | None,
+    seconds: float,
+    how: str,
+    report: bool = True,
 ) -> StepFailure:
     step = label
     waited = "waited" if how == "wait" else "stayed parked"
@@ -427,8 +446,9 @@ def _timed_out(
         reactor=run.reactor_name,
         step=step,
     )
-    run.record("failed", step, time.time(), error=error_text(error), execution_id=execution_id)
-    run.emit(ev.StepFailed, step, attempt=0, error=error)
+    if report:
+        run.record("failed", step, time.time(), error=error_text(error), execution_id=execution_id)
+        run.emit(ev.StepFailed, step, attempt=0, error=error)
     return StepFailure(step, error, retryable=False, work_started=False)
 
 

@@ -133,11 +133,10 @@ class FanOut:
                 return self._finish(state)
             index = state["low"]
             key = self._key(index)
-            ended = _wait(self.run, key, self._id(index), self.name, True)
+            ended = _wait(self.run, key, self._id(index), self.name, True, report=False)
             if isinstance(ended, Parked):
                 return ended
             if isinstance(ended, StepFailure):  # waited (or parked) too long for the element
-                self._unrecord(ended)
                 waits = context.private.get(WAITS)
                 if waits is not None:
                     waits.pop(key, None)
@@ -330,13 +329,6 @@ class FanOut:
             states.pop(self.name, None)
             if not states:
                 private.pop(STATE, None)
-
-    def _unrecord(self, failure: StepFailure) -> None:
-        """Drop the trace entry ``_wait`` wrote for a timed-out wait: the step runner records
-        the map step's failure itself, once."""
-        trace = self.run.context.trace
-        if trace and trace[-1].get("type") == "failed" and trace[-1].get("step") == failure.step:
-            trace.pop()
 
     def _changed(self, before: int, now: int) -> ArgumentResolutionError:
         return ArgumentResolutionError(
