@@ -12,6 +12,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from py_reactor.workers.celery import app
 
@@ -87,3 +88,31 @@ class Workers:
                 if "ERROR" in line or "Traceback" in line:
                     found.append(f"{log.name}: {line}")
         return found
+
+
+def until_stored(
+    client: Any, ids: list[str], timeout: float, status: str = "completed", pause: float = 0.0005
+) -> None:
+    """Poll the stored status of ``ids`` (one pipelined HGET each, every ``pause`` seconds)
+    until all are ``status``.
+
+    Raises:
+        RuntimeError: one ended another way; TimeoutError: not all within ``timeout`` seconds.
+    """
+    from py_reactor.storage import keys
+
+    deadline = time.monotonic() + timeout
+    left = list(ids)
+    while left:
+        with client.pipeline(transaction=False) as pipe:
+            for execution_id in left:
+                pipe.hget(keys.execution(execution_id), "status")
+            statuses = pipe.execute()
+        bad = [s for s in statuses if s in ("failed", "halted", "aborted", "cancelled")]
+        if bad:
+            raise RuntimeError(f"an execution ended {bad[0]}")
+        left = [i for i, s in zip(left, statuses, strict=True) if s != status]
+        if left:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{len(left)} executions not {status}")
+            time.sleep(pause)

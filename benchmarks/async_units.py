@@ -41,9 +41,8 @@ import redis  # noqa: E402
 
 from benchmarks._async_reactors import FAN, BackgroundFan, Fan, Plain, Reach  # noqa: E402
 from benchmarks._server import PrivateRedis  # noqa: E402
-from benchmarks._workers import Workers  # noqa: E402
+from benchmarks._workers import Workers, until_stored  # noqa: E402
 from py_reactor import SuccessResult, configure, get_config, workers  # noqa: E402
-from py_reactor.storage import keys  # noqa: E402
 from py_reactor.workers.celery import app  # noqa: E402
 
 TARGET_LATENCY_RATIO = 1.5  # unit dispatch -> start p50 / plain background run's, at most
@@ -87,24 +86,8 @@ class Bench:
         return found
 
     def until_stored(self, ids: list[str], status: str = "completed") -> None:
-        """Poll the stored status of ``ids`` (one pipelined HGET each) until all are ``status``."""
-        deadline = time.monotonic() + TIMEOUT
-        left = list(ids)
-        while left:
-            with self.redis.pipeline(transaction=False) as pipe:
-                for execution_id in left:
-                    pipe.hget(keys.execution(execution_id), "status")
-                statuses = pipe.execute()
-            bad = [s for s in statuses if s in ("failed", "halted", "aborted", "cancelled")]
-            if bad:
-                raise RuntimeError(f"an execution ended {bad[0]}")
-            left = [i for i, s in zip(left, statuses, strict=True) if s != status]
-            if left:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"{len(left)} executions not {status}")
-                time.sleep(0.0005)
-
-    # 1 ---------------------------------------------------------------------
+        """Wait until every one of ``ids`` is stored ``status`` (``_workers.until_stored``)."""
+        until_stored(self.redis, ids, TIMEOUT, status)
 
     def unit_latency(self) -> tuple[float, float]:
         """ms from before ``Reach.run()``, and from the run reaching the unit (its

@@ -57,9 +57,8 @@ from benchmarks._background_reactors import (  # noqa: E402
     t3,
 )
 from benchmarks._server import PrivateRedis  # noqa: E402
-from benchmarks._workers import Workers  # noqa: E402
+from benchmarks._workers import Workers, until_stored  # noqa: E402
 from py_reactor import Lock, configure, find  # noqa: E402
-from py_reactor.storage import keys  # noqa: E402
 from py_reactor.workers.celery import app  # noqa: E402
 
 TARGET_RATIO = 0.8
@@ -99,24 +98,8 @@ class Bench:
         return items
 
     def until_stored(self, ids: list[str], status: str = "completed") -> None:
-        """Poll the stored status of ``ids`` (one pipelined HGET each) until all are ``status``."""
-        deadline = time.monotonic() + TIMEOUT
-        left = list(ids)
-        while left:
-            with self.redis.pipeline(transaction=False) as pipe:
-                for execution_id in left:
-                    pipe.hget(keys.execution(execution_id), "status")
-                statuses = pipe.execute()
-            bad = [s for s in statuses if s in ("failed", "halted", "aborted", "cancelled")]
-            if bad:
-                raise RuntimeError(f"an execution ended {bad[0]}")
-            left = [i for i, s in zip(left, statuses, strict=True) if s != status]
-            if left:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"{len(left)} executions not {status}")
-                time.sleep(0.0005)
-
-    # 1 ---------------------------------------------------------------------
+        """Wait until every one of ``ids`` is stored ``status`` (``_workers.until_stored``)."""
+        until_stored(self.redis, ids, TIMEOUT, status)
 
     def pyr_batch(self, n: int) -> tuple[float, float]:
         """Seconds until the N-th done signal, and until all N are stored ``completed``."""

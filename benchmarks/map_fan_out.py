@@ -115,24 +115,10 @@ class _Bench:
         self.reactors = _reactors()
 
     def until_stored(self, ids: list[str]) -> None:
-        """Poll the stored status of ``ids`` (one pipelined HGET each) until all completed."""
-        from py_reactor.storage import keys
+        """Wait until every one of ``ids`` is stored completed (``_workers.until_stored``)."""
+        from benchmarks._workers import until_stored
 
-        deadline = time.monotonic() + TIMEOUT
-        left = list(ids)
-        while left:
-            with self.redis.pipeline(transaction=False) as pipe:
-                for execution_id in left:
-                    pipe.hget(keys.execution(execution_id), "status")
-                statuses = pipe.execute()
-            bad = [s for s in statuses if s in ("failed", "halted", "aborted", "cancelled")]
-            if bad:
-                raise RuntimeError(f"an execution ended {bad[0]}")
-            left = [i for i, s in zip(left, statuses, strict=True) if s != "completed"]
-            if left:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"{len(left)} executions not completed")
-                time.sleep(0.001)
+        until_stored(self.redis, ids, TIMEOUT, pause=0.001)
 
     def fan(self, n: int) -> float:
         """Seconds ``Fan.run()`` of ``n`` elements took (all ended when it returns)."""
