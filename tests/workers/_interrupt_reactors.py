@@ -252,3 +252,24 @@ class Lines(Reactor):
 
     lines = map_step(Line, source=Input("items"), key=Input("key"), n=Element("lines"))
     returns = "lines"
+
+
+class Interrupted(Reactor):
+    """prepare -> review -> a step that raises KeyboardInterrupt (Ctrl-C in the resumed run)."""
+
+    key: str
+
+    @step()
+    def prepare(key: str) -> str:
+        log(key, "prepare")
+        return "prepared"
+
+    @prepare.undo
+    def _unprepare(result: str, key: str) -> None:
+        log(key, "undo prepare")
+
+    review = interrupt(wait_for="prepare")
+
+    @step(payload=Result("review"))
+    def stop(key: str, payload: dict[str, Any]) -> str:
+        raise KeyboardInterrupt

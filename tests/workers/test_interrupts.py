@@ -164,6 +164,15 @@ def test_resume_refuses_unknown_ids_other_reactors_and_bad_calls(key: str) -> No
     assert workers.resume(out.execution_id, approval()).status == "completed"
 
 
+def test_a_resume_interrupted_by_ctrl_c_is_stored_aborted(key: str) -> None:
+    out = r.Interrupted.run(key=key)
+    with pytest.raises(KeyboardInterrupt):
+        r.Interrupted.resume(out.execution_id, {})
+    assert status(out.execution_id) == "aborted"
+    assert r.Interrupted.undo(out.execution_id).status == "cancelled"
+    assert r.LOG[key] == ["prepare", "undo prepare"]
+
+
 def test_a_failure_after_the_resume_rolls_back_the_steps_before_the_pause(key: str) -> None:
     out = r.Refund.run(key=key, fail_pay=True)
     failed = r.Refund.resume(out.execution_id, approval())

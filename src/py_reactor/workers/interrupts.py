@@ -110,6 +110,7 @@ def resume(
             out), or a run of another reactor than ``reactor``.
         InputValidationError: the payload does not fit the interrupt's model.
         TypeError: neither or both of ``execution_id`` and ``correlation_id``.
+        LookupError: the run's reactor class cannot be imported in this process.
     """
     if (execution_id is None) == (correlation_id is None):
         raise TypeError(
@@ -171,8 +172,17 @@ def _run_here(
 ) -> Outcome:
     """Run the resumed execution on in this process, and store how it ended (or paused)."""
     from py_reactor.engine.executor import execute
+    from py_reactor.workers.dispatch import _aborted
 
-    outcome = execute(cls, context)
+    try:
+        outcome = execute(cls, context)
+    except BaseException as exc:  # Ctrl-C in a step: stored aborted (undo it later), re-raised
+        aborted = _aborted(cls, context, exc)
+        executions.checkpoint(
+            context.execution_id, epoch, dumps_context(context), "aborted",
+            outcome=outcome_to_dict(aborted),
+        )  # fmt: skip
+        raise
     if isinstance(outcome, PausedResult):
         store_pause(outcome, epoch=epoch, executions=executions)
         return outcome
