@@ -40,6 +40,7 @@ import celery  # noqa: E402
 import redis  # noqa: E402
 
 from benchmarks._async_reactors import FAN, BackgroundFan, Fan, Plain, Reach  # noqa: E402
+from benchmarks._report import pct, verdict  # noqa: E402
 from benchmarks._server import PrivateRedis  # noqa: E402
 from benchmarks._workers import Workers, until_stored  # noqa: E402
 from py_reactor import SuccessResult, configure, get_config, workers  # noqa: E402
@@ -50,18 +51,6 @@ TARGET_FAN_RATIO = 0.8  # fan units/s / plain background executions/s, at least
 MODULE = "benchmarks._async_reactors"
 TIMEOUT = 120.0  # seconds anything may take before the benchmark gives up
 FAN_TOTAL = sum(range(FAN))
-
-
-def verdict(ok: bool) -> str:
-    return "PASS" if ok else "FAIL"
-
-
-def pct(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
-# --------------------------------------------------------------------------- workers
 
 
 # --------------------------------------------------------------------------- measurements

@@ -56,6 +56,7 @@ from benchmarks._background_reactors import (  # noqa: E402
     t2,
     t3,
 )
+from benchmarks._report import pct, verdict  # noqa: E402
 from benchmarks._server import PrivateRedis  # noqa: E402
 from benchmarks._workers import Workers, until_stored  # noqa: E402
 from py_reactor import Lock, configure, find  # noqa: E402
@@ -65,18 +66,6 @@ TARGET_RATIO = 0.8
 TARGET_RESUME_P50_MS = 50.0
 BENCH_CLIENT = "pyr-bench"  # the connection name of the benchmark's own commands
 TIMEOUT = 120.0  # seconds anything may take before the benchmark gives up
-
-
-def verdict(ok: bool) -> str:
-    return "PASS" if ok else "FAIL"
-
-
-def pct(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
-# --------------------------------------------------------------------------- workers
 
 
 # --------------------------------------------------------------------------- helpers

@@ -53,7 +53,8 @@ import limits.strategies
 import redis
 import redis.lock
 import redis_lock
-from _server import PrivateRedis  # benchmarks/ is on sys.path when a script runs
+from _report import verdict  # benchmarks/ is on sys.path when a script runs
+from _server import PrivateRedis
 
 from py_reactor import Lock, RateLimit
 from py_reactor.storage import RedisStore
@@ -168,10 +169,6 @@ def advantage(ours: float, theirs: float, higher_is_better: bool) -> str:
         return "   n/a"
     ratio = ours / theirs if higher_is_better else theirs / ours
     return f"{ratio:7.2f}x"
-
-
-def verdict(ok: bool) -> str:
-    return "PASS" if ok else "FAIL"
 
 
 @contextmanager

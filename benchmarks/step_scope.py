@@ -48,7 +48,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from _server import PrivateRedis  # benchmarks/ is on sys.path when a script runs
+from _report import verdict  # benchmarks/ is on sys.path when a script runs
+from _server import PrivateRedis
 
 from py_reactor import Reactor, Result, configure, step, with_lock
 from py_reactor.storage import current_store
@@ -277,10 +278,6 @@ def round_trips(ping: Callable[[], object], idle: float, samples: int = 20) -> t
 
 
 # --------------------------------------------------------------------------- main
-
-
-def verdict(ok: bool) -> str:
-    return "PASS" if ok else "FAIL"
 
 
 def measure(args: argparse.Namespace) -> bool:
