@@ -102,18 +102,11 @@ class Reactor:
         from py_reactor.engine.executor import run_reactor
 
         handoff = getattr(cls, "__py_reactor_handoff__", None)
-        if running_context() is not None:  # nested in a step: it runs in place, never stored
-            return run_reactor(cls, inputs)
-        if handoff:
+        if handoff and running_context() is None:  # nested in a step: it runs in place
             from py_reactor.workers.dispatch import background_run
 
             return background_run(cls, inputs, handoff)
-        outcome = run_reactor(cls, inputs)
-        if outcome.status == "paused":  # stored, for a resume from anywhere
-            from py_reactor.workers.interrupts import store_pause
-
-            store_pause(outcome)  # type: ignore[arg-type]
-        return outcome
+        return run_reactor(cls, inputs)
 
     @classmethod
     def resume(

@@ -30,6 +30,7 @@ from py_reactor.engine._run import (
 )
 from py_reactor.engine.compensation import rollback
 from py_reactor.engine.context import Context, Status, running, running_context
+from py_reactor.engine.handoff import unit_backend
 from py_reactor.engine.results import (
     DispatchedResult,
     FailureResult,
@@ -54,14 +55,19 @@ def run_reactor(
     """Start a new execution of ``cls`` with raw ``inputs`` and run it to its end.
 
     Started from inside a running execution (a step body), the run is part of that execution:
-    it shares its root id and its registry of held keys, so it re-enters the holds.
+    it shares its root id and its registry of held keys, so it re-enters the holds. A new
+    execution that pauses at an interrupt is stored, for a resume from any process (a nested
+    run that pauses fails its step instead).
     ``private``: bookkeeping the new context starts with (``retry_of``).
     """
     path, raw = class_path(cls), dict(inputs)
     parent = running_context()
     context = Context(reactor=path, inputs=raw) if parent is None else parent.child(path, raw)
     context.private.update(private or {})
-    return execute(cls, context)
+    outcome = execute(cls, context)
+    if parent is None and isinstance(outcome, PausedResult):
+        unit_backend().store_pause(outcome)
+    return outcome
 
 
 def execute(

@@ -15,7 +15,7 @@ from py_reactor.errors import DispatchError
 if TYPE_CHECKING:
     from py_reactor.dsl.reactor import Reactor
     from py_reactor.engine.context import Context
-    from py_reactor.engine.results import Outcome
+    from py_reactor.engine.results import Outcome, PausedResult
 
 __all__ = ["UnitBackend", "install", "unit_backend"]
 
@@ -34,6 +34,10 @@ class UnitBackend(Protocol):
     def wait(self, execution_id: str, timeout: float) -> Outcome | None:
         """The terminal outcome of ``execution_id`` (around its stored context), waiting up to
         ``timeout`` seconds (0: only look); None if it has not ended by then."""
+
+    def store_pause(self, outcome: PausedResult) -> None:
+        """Store a run that paused in the caller (created ``"paused"``), for a resume that may
+        come from any process."""
 
     def reserve(
         self, reactor: str, correlation_id: str, execution_id: str, deadline: float | None

@@ -22,7 +22,7 @@ from py_reactor.engine._run import Run
 from py_reactor.engine.compensation import undo_completed
 from py_reactor.engine.context import Context, Status, running
 from py_reactor.engine.release import release_ledger
-from py_reactor.engine.results import CancelledResult, Outcome, PausedResult
+from py_reactor.engine.results import CancelledResult, Outcome
 from py_reactor.engine.serializer import dumps_context
 from py_reactor.errors import ExecutionStateError, ReactorError
 from py_reactor.storage.executions import ExecutionStore, StoredExecution
@@ -114,11 +114,7 @@ def retry(execution_id: str) -> Outcome:
     else:
         from py_reactor.engine.executor import run_reactor
 
-        outcome = run_reactor(cls, context.inputs, private=link)
-        if isinstance(outcome, PausedResult):  # stored, as Reactor.run stores a pause
-            from py_reactor.workers.interrupts import store_pause
-
-            store_pause(outcome)
+        outcome = run_reactor(cls, context.inputs, private=link)  # a pause is stored there
     executions.annotate(stored.id, retried_by=outcome.execution_id)
     return outcome
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from py_reactor.dsl.reactor import Reactor
 from py_reactor.engine.context import Context
-from py_reactor.engine.results import FailureResult, Outcome
+from py_reactor.engine.results import FailureResult, Outcome, PausedResult
 from py_reactor.workers.execution import ended
 from py_reactor.workers.execution import wait as wait_for
 
@@ -29,6 +29,11 @@ class StoreUnits:
             return None
         except LookupError as exc:
             return _gone(execution_id, exc)
+
+    def store_pause(self, outcome: PausedResult) -> None:
+        from py_reactor.workers.interrupts import store_pause
+
+        store_pause(outcome)
 
     def reserve(
         self, reactor: str, correlation_id: str, execution_id: str, deadline: float | None
