@@ -110,7 +110,14 @@ class Dispatcher:
 
 
 class DispatcherStep(bootsteps.StartStopStep):  # type: ignore[misc]
-    """Runs a :class:`Dispatcher` in the worker's main process while the worker runs."""
+    """Runs a :class:`Dispatcher` in the worker's main process while the worker runs.
+
+    It starts after the pool, so that the prefork children are forked before its thread
+    exists: a child forked while that thread was inside a Redis call could inherit a lock held
+    for good and never run a job (the job it had been handed sat reserved until re-sent).
+    """
+
+    requires = ("celery.worker.components:Pool",)
 
     def __init__(self, parent: Any, **kwargs: Any) -> None:
         super().__init__(parent, **kwargs)
