@@ -4,6 +4,7 @@ Workflows ("reactors") are made of steps that run as a dependency graph; when on
 completed ones are rolled back by compensation. This module re-exports the public surface only.
 """
 
+from py_reactor.api import Reactor, Step, find
 from py_reactor.config import configure, get_config
 from py_reactor.coordination import Lock, OrderedLock, Period, RateLimit, Semaphore
 from py_reactor.dsl import (
@@ -12,11 +13,9 @@ from py_reactor.dsl import (
     Halt,
     Input,
     MapResult,
-    Reactor,
     Result,
     RetryPolicy,
     Skipped,
-    Step,
     Success,
     Value,
     async_reactor,
@@ -47,9 +46,8 @@ from py_reactor.engine import (
 )
 from py_reactor.engine.serializer import dumps_context, loads_context
 from py_reactor.observability import Middleware
-from py_reactor.workers import Execution, find
-
-__version__ = "0.1.0.dev0"
+from py_reactor.runtime.execution import Execution
+from py_reactor.version import __version__
 
 __all__ = [
     "CancelledResult",

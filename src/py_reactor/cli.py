@@ -9,8 +9,16 @@ recovery pass.
 from __future__ import annotations
 
 import argparse
+import importlib
+import os
 import sys
+import time
 from collections.abc import Sequence
+
+from py_reactor import workers
+from py_reactor.config import configure, get_config
+from py_reactor.demo import add_demo_command
+from py_reactor.demo import main as demo
 
 __all__ = ["main"]
 
@@ -56,15 +64,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     worker.add_argument("--pool", choices=("prefork", "threads", "solo"), default="prefork")
     worker.add_argument("--loglevel", default="INFO")
     worker.add_argument("--queue", default=None, help="the queue to serve (default py_reactor)")
-    from py_reactor.demo import add_demo_command
     from py_reactor.web.cli import add_dashboard_command
 
     add_demo_command(commands)
     add_dashboard_command(commands)
     args = parser.parse_args(argv)
     if args.command == "demo":
-        from py_reactor.demo import main as demo
-
         return demo(args)
     if args.command == "dashboard":
         from py_reactor.web.cli import run_dashboard
@@ -76,10 +81,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _worker(args: argparse.Namespace) -> int:
-    import importlib
-    import os
-
-    from py_reactor import configure
 
     try:
         configure(redis_url=args.redis_url, worker="celery")
@@ -103,7 +104,6 @@ def _worker(args: argparse.Namespace) -> int:
         except Exception as exc:
             print(f"py-reactor worker: cannot import {module!r}: {exc}", file=sys.stderr)
             return 2
-    from py_reactor.config import get_config
 
     # The store's server is the broker: the one given, or the one an imported module set.
     app.conf.broker_url = get_config().redis_url or args.redis_url
@@ -122,10 +122,6 @@ def _worker(args: argparse.Namespace) -> int:
 
 
 def _sweep(redis_url: str | None, modules: list[str], wait: float, worker: str) -> int:
-    import importlib
-    import time
-
-    from py_reactor import configure, workers
 
     try:
         if redis_url:

@@ -29,20 +29,12 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from py_reactor import (
-    Failure,
-    Lock,
-    Reactor,
-    Result,
-    Step,
-    Success,
-    background,
-    configure,
-    find,
-    step,
-    with_lock,
-)
-from py_reactor.workers import Execution
+from py_reactor.api import Reactor, Step, find
+from py_reactor.config import configure
+from py_reactor.coordination import Lock
+from py_reactor.dsl import Failure, Result, Success, step, with_lock
+from py_reactor.dsl.background import background
+from py_reactor.runtime.execution import Execution
 
 __all__ = ["STEPS", "Checkout", "main", "run_demo"]
 

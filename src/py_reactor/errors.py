@@ -273,3 +273,11 @@ class HandoffRefusedError(CoordinationError):
 
 class StoreUnavailableError(CoordinationError):
     """The coordination store could not be reached; the protected work did not run."""
+
+
+class StaleExecution(Exception):
+    """Another runner claimed this execution: drop the work, write nothing, release nothing.
+
+    Not part of the error tree: the runtime catches it and no user ever sees it (middleware
+    may, as the error that ended a run's spans).
+    """

@@ -153,7 +153,7 @@ def test_the_worker_process_continues_the_callers_trace(
     configure(middleware=[OpenTelemetryMiddleware(tracer_provider=local.provider)])
     with local.provider.get_tracer("tests").start_as_current_span("caller") as caller:
         out = Traced.run(n=4)
-    assert out.status == "dispatched"
+    assert out.status == "dispatched", getattr(out, "error", None)
     done = out.wait(timeout=10)
     assert done.is_success, done
     assert done.value == 50

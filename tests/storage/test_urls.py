@@ -10,12 +10,12 @@ import redis
 
 from py_reactor import Middleware, Reactor, configure, step, with_lock
 from py_reactor.config import get_config
+from py_reactor.config.urls import redact, scrub, secrets_of
 from py_reactor.coordination import Lock
 from py_reactor.engine.results import FailureResult, Outcome
 from py_reactor.errors import StoreUnavailableError
 from py_reactor.storage import current_store
 from py_reactor.storage.redis import RedisStore
-from py_reactor.storage.urls import redact, scrub, secrets_of
 from tests._redis import PrivateRedis, free_port
 
 SECRET = "s3cret"

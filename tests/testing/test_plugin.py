@@ -70,7 +70,7 @@ def test_the_plugin_registers_no_autouse_fixture_and_changes_no_setting(
         test_quiet="""
         from py_reactor import get_config
         from py_reactor.config import Config
-        import py_reactor.workers as workers
+        from py_reactor.transport import threads
 
         PLUGIN = {"reactor_server", "reactor_store", "reactor_worker", "hold_lock"}
 
@@ -80,7 +80,7 @@ def test_the_plugin_registers_no_autouse_fixture_and_changes_no_setting(
             assert plugin.__name__ == "py_reactor.testing.plugin"
             assert not PLUGIN & set(request.fixturenames)
             assert repr(get_config()) == repr(Config())
-            assert workers._worker is None
+            assert threads._worker is None
         """
     )
     result = pytester.runpytest_subprocess(*STRICT)

@@ -16,7 +16,7 @@ from typing import Any
 
 import redis
 
-import py_reactor.workers
+import py_reactor.transport.threads
 from py_reactor import (
     Halt,
     Reactor,
@@ -200,7 +200,7 @@ def dispatch_without_running(url: str, tag: str, count: str) -> None:
     """Dispatch ``count`` ``Ok`` executions and exit before any worker here could take one:
     this process's thread worker is never started. Their ids go to the list ``<tag>:ids``."""
     configure(redis_url=url)
-    py_reactor.workers.ensure_worker = lambda: None
+    py_reactor.transport.threads.ensure_worker = lambda: None  # type: ignore[assignment]
     for i in range(int(count)):
         out = Ok.run(tag=f"{tag}-{i}")
         client().rpush(f"{tag}:ids", out.execution_id)

@@ -416,7 +416,7 @@ def test_the_park_cap_fails_the_run_on_a_worker_and_rolls_it_back(
 def test_a_duplicated_job_runs_the_execution_once(raw: redis.Redis, key: str) -> None:
     """Two more copies of the job (same epoch) go to the queue: one claim wins, the copies
     find the epoch moved (or the run ended) and run nothing."""
-    from py_reactor.workers import celery
+    from py_reactor.transport import celery
 
     out = r.Three.run(key=key, n=1)
     celery.send(out.execution_id, 0)
@@ -432,7 +432,7 @@ def test_a_job_nobody_claims_is_sent_again_after_celery_resend_after(
     """The first job of a run never reaches a worker (dropped here, as a lost message, or one
     reserved behind a busy pool process, would be): a worker's dispatcher sends it again
     ``celery_resend_after`` seconds later (1 s here; it was the 30 s execution lease)."""
-    from py_reactor.workers import celery
+    from py_reactor.transport import celery
 
     dropped: list[str] = []
     monkeypatch.setattr(celery, "send", lambda execution_id, *a, **k: dropped.append(execution_id))
@@ -449,7 +449,7 @@ def test_a_stale_job_for_a_parked_execution_runs_nothing(raw: redis.Redis, key: 
     """The first job (epoch 0) ran and parked the execution; a late copy of it (redelivered,
     duplicated) finds the epoch moved: no second attempt, no second park."""
     from py_reactor import Lock
-    from py_reactor.workers import celery
+    from py_reactor.transport import celery
 
     account = f"acct-{key}"
     held = Lock(f"celery-test:{account}", owner="the-test", ttl=30).acquire()
@@ -472,7 +472,7 @@ def test_a_stale_job_for_a_parked_execution_runs_nothing(raw: redis.Redis, key: 
 def _stored(execution_id: str, reactor: str, context: str) -> None:
     from py_reactor.storage import current_store
     from py_reactor.storage.executions import ExecutionStore
-    from py_reactor.workers import celery
+    from py_reactor.transport import celery
 
     assert ExecutionStore(current_store()).create(
         execution_id, reactor, context, "pending", sent_by_caller=30
@@ -637,7 +637,7 @@ def test_a_redis_restart_mid_run_loses_nothing(key: str) -> None:
 def test_every_job_carries_ids_only(private_redis: PrivateRedis, key: str) -> None:
     """The message body holds the execution id and the epoch, never the context; a new
     execution's job goes at the lower priority of new work (runs under way go first)."""
-    from py_reactor.workers import celery
+    from py_reactor.transport import celery
 
     sent: list[Any] = []
     sender = celery.current_sender()  # the one send() uses for this store's server

@@ -275,7 +275,7 @@ def test_the_guard_refuses_a_unit_on_a_key_its_execution_holds_before_enqueueing
     unit declaring the same lock: the step fails with HandoffRefusedError naming the key;
     no unit execution was stored or sent; ``reserve`` is undone once; the refused unit is
     not compensated."""
-    from py_reactor.engine._async import unit_id
+    from py_reactor.engine.async_units import unit_id
     from py_reactor.engine.context import Context
     from py_reactor.errors import HandoffRefusedError
     from py_reactor.storage import current_store

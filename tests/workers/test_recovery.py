@@ -43,6 +43,7 @@ from py_reactor import (
 from py_reactor.dsl.registry import class_path
 from py_reactor.engine.serializer import SCHEMA_VERSION
 from py_reactor.observability import events as ev
+from py_reactor.runtime.drive import run_execution
 from py_reactor.storage import current_store
 from py_reactor.storage.executions import (
     INDEX_KEY,
@@ -51,7 +52,7 @@ from py_reactor.storage.executions import (
     record_key,
 )
 from py_reactor.storage.keys import DUE as DUE_KEY
-from py_reactor.workers.dispatch import run_execution
+from py_reactor.transport.threads import THREADS
 from tests._redis import PrivateRedis
 from tests.workers import _recovery_reactors as rr
 
@@ -296,7 +297,7 @@ def test_a_runner_made_stale_mid_step_stops_and_writes_nothing(
     configure(execution_lease=0.3)  # run_execution is called directly: nobody renews it
     execution_id = store_pending(executions, class_path(rr.Usurped), {"tag": key})
 
-    assert run_execution(execution_id, "runner-1") == "stale"
+    assert run_execution(execution_id, "runner-1", transport=THREADS) == "stale"
 
     assert raw.get(f"{key}:takeover") == "1"
     assert raw.get(f"{key}:usurped") == "2"

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from py_reactor.coordination._options import check_non_negative
+from py_reactor.config.options import check_non_negative
 from py_reactor.coordination.lock import Lock
 from py_reactor.coordination.semaphore import Semaphore
 

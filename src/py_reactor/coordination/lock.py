@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from py_reactor.coordination import _options as opt
+from py_reactor.config import options as opt
 from py_reactor.coordination._base import Acquirable, Hold
 from py_reactor.coordination._extender import keep_alive, remember
 from py_reactor.coordination._waiting import wait_to_take

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
-from py_reactor.coordination import _options as opt
+from py_reactor.config import options as opt
 from py_reactor.coordination._base import UsesStore
 from py_reactor.coordination._extender import keep_alive
 from py_reactor.coordination._waiting import sleep_for

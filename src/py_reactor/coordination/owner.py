@@ -20,6 +20,7 @@ import threading
 import uuid
 from collections.abc import Iterator
 from contextvars import ContextVar, Token
+from typing import Any
 
 __all__ = [
     "bind_owner",
@@ -39,15 +40,19 @@ BRANCH_SEPARATOR = "/"
 # The root execution id of the execution running in this thread, and that thread. A context
 # copied into another thread (``contextvars.copy_context``, ``asyncio.to_thread``) carries the
 # value along, but ownership never crosses to another thread: there it reads as unset.
-_current: ContextVar[tuple[str, int] | None] = ContextVar("py_reactor_owner", default=None)
+# With it, the ledger of that execution (where a call made inside it records its holds).
+_Bound = tuple[str, int, Any]
+_current: ContextVar[_Bound | None] = ContextVar("py_reactor_owner", default=None)
 
 
-def bind_owner(owner: str) -> Token[tuple[str, int] | None]:
-    """Make ``owner`` the default owner of holds taken in this thread; undo with the token."""
-    return _current.set((owner, threading.get_ident()))
+def bind_owner(owner: str, ledger: Any = None) -> Token[_Bound | None]:
+    """Make ``owner`` the default owner of holds taken in this thread, and ``ledger`` (a
+    :class:`~py_reactor.coordination.holds.Ledger`) the registry they are recorded in; undo
+    with the token."""
+    return _current.set((owner, threading.get_ident(), ledger))
 
 
-def unbind_owner(token: Token[tuple[str, int] | None]) -> None:
+def unbind_owner(token: Token[_Bound | None]) -> None:
     """Restore the owner that ``bind_owner`` replaced."""
     _current.reset(token)
 
@@ -57,7 +62,16 @@ def running_owner() -> str | None:
     bound = _current.get()
     if bound is None or bound[1] != threading.get_ident():
         return None
-    return bound[0]
+    return str(bound[0])
+
+
+def running_ledger() -> Any:
+    """The ledger of the execution running in this thread (bound with its owner), if any:
+    a primitive used inside a step body re-enters what that execution holds."""
+    bound = _current.get()
+    if bound is None or bound[1] != threading.get_ident():
+        return None
+    return bound[2]
 
 
 _prefix = ("", -1)
@@ -85,8 +99,9 @@ def owner_or_new(owner: str | None) -> str:
 
 @contextlib.contextmanager
 def owning(owner: str) -> Iterator[None]:
-    """Make ``owner`` the owner of holds taken in this thread for the block (then restore)."""
-    token = bind_owner(owner)
+    """Make ``owner`` the owner of holds taken in this thread for the block (then restore);
+    they are still recorded in the running execution's ledger."""
+    token = bind_owner(owner, running_ledger())
     try:
         yield
     finally:

@@ -26,15 +26,15 @@ import threading
 import time
 from types import TracebackType
 
-from py_reactor.coordination import _waiting
-from py_reactor.coordination._base import UsesStore
-from py_reactor.coordination._extender import keep_alive
-from py_reactor.coordination._options import (
+from py_reactor.config.options import (
     check_key,
     check_non_negative,
     check_positive,
     check_positive_int,
 )
+from py_reactor.coordination import _waiting
+from py_reactor.coordination._base import UsesStore
+from py_reactor.coordination._extender import keep_alive
 from py_reactor.coordination.owner import owner_or_new
 from py_reactor.coordination.store import Store
 from py_reactor.errors import CoordinationError, DefinitionError

@@ -17,8 +17,8 @@ import time
 from collections.abc import Mapping
 from types import TracebackType
 
-from py_reactor.coordination._base import UsesStore
-from py_reactor.coordination._options import (
+from py_reactor.config import get_config
+from py_reactor.config.options import (
     WINDOWS,
     check_key,
     check_limits,
@@ -26,6 +26,7 @@ from py_reactor.coordination._options import (
     check_positive_int,
     window_seconds,
 )
+from py_reactor.coordination._base import UsesStore
 from py_reactor.coordination.store import Store
 from py_reactor.errors import CoordinationError, DefinitionError, RateLimitExceededError
 
@@ -118,7 +119,6 @@ class RateLimit(UsesStore):
         windows = self._windows
         if not self.registered and windows is not None:
             return windows
-        from py_reactor.config import get_config
 
         registered = get_config().rate_limits.get(self.key)
         if registered is None:

@@ -33,7 +33,13 @@ from py_reactor.coordination.declarations import (
     SemaphoreDeclaration,
 )
 from py_reactor.coordination.holds import Ledger
-from py_reactor.coordination.owner import bind_owner, new_owner, running_owner, unbind_owner
+from py_reactor.coordination.owner import (
+    bind_owner,
+    new_owner,
+    running_ledger,
+    running_owner,
+    unbind_owner,
+)
 from py_reactor.coordination.scope import Admission, Scope
 from py_reactor.dsl._key_reads import names_read
 from py_reactor.dsl.declaration import (
@@ -570,10 +576,8 @@ def _ledger() -> Ledger:
     re-entered, and the execution lists the call's holds while the call runs; outside an
     execution, a ledger of the call's own.
     """
-    from py_reactor.engine.context import running_context
-
-    context = running_context()
-    return Ledger() if context is None else context.holds
+    ledger = running_ledger()
+    return Ledger() if ledger is None else ledger
 
 
 def _relocate(exc: CoordinationError, label: str) -> None:

@@ -96,6 +96,8 @@ class StepDeclaration:
         self.compensate_hook: Hook | None = None
         self.undo_hook: Hook | None = None
         self.name: str | None = None
+        #: The reactor class the step is bound to (it runs ``invoke``), once bound.
+        self.owner: Any = None
         #: An async unit (``async_step`` / ``async_reactor``): dispatched as its own execution.
         self.asynchronous = False
         #: A map step's elements (``source=``), ``"fail_fast"``/``"collect"``, and batch size.
@@ -115,6 +117,8 @@ class StepDeclaration:
     def __set_name__(self, owner: type, name: str) -> None:
         if self.name is None:
             self.name = name
+        if self.owner is None and hasattr(owner, "invoke_step"):
+            self.owner = owner
 
     def rewired(self, wiring: Mapping[str, Source]) -> StepDeclaration:
         """A synchronous copy of this step (same target, hooks, retries and coordination)
@@ -289,10 +293,19 @@ class StepDeclaration:
     # -- direct invocation -------------------------------------------------------------------
 
     def invoke(self, args: Mapping[str, Any] | None = None, *, context: Any = None) -> Outcome:
-        """Run this step alone with ``args``, as ``Step.invoke`` does for step classes."""
-        from py_reactor.engine.invoke import invoke_declaration
+        """Run this step alone with ``args``, as ``Step.invoke`` does for step classes.
 
-        return invoke_declaration(self, args, context=context)
+        Raises:
+            TypeError: the step is not bound to a reactor class (``MyReactor.step.invoke``).
+        """
+        owner = self.owner
+        if owner is None:
+            raise TypeError(
+                f"step {self.label!r} is not bound to a reactor: declare it in a Reactor "
+                "subclass and call MyReactor.<step>.invoke(args)"
+            )
+        outcome: Outcome = owner.invoke_step(self, args, context=context)
+        return outcome
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call the inline function directly (plain Python; no validation, no engine)."""

@@ -67,8 +67,10 @@ class Reactor:
     #: The reactor each ``async_step`` runs as in its worker, by step name.
     __py_reactor_units__: ClassVar[Mapping[str, type[Reactor]]] = MappingProxyType({})
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
+    def __init_subclass__(cls, *, verbs: bool = False, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        if verbs:  # py_reactor.Reactor: the verbs (run, resume, ...) over this declaring base
+            return
         cls.__py_reactor_name__ = cls.__qualname__
         steps = _collect_steps(cls)
         _check_returns(cls)
@@ -90,90 +92,15 @@ class Reactor:
             build_unit_reactors(cls)
 
     @classmethod
-    def run(cls, /, **inputs: Any) -> Outcome:
-        """Run this reactor and return its outcome.
-
-        Synchronously in this process; a ``@background`` reactor runs the steps before its
-        hand-off here and returns a ``DispatchedResult`` (``.wait()`` for the end). Never
-        raises for a failing step or bad inputs: both come back as a failure outcome.
-        ``KeyboardInterrupt`` and ``SystemExit`` propagate without running rollback.
-        """
-        from py_reactor.engine.context import running_context
-        from py_reactor.engine.executor import run_reactor
-
-        handoff = getattr(cls, "__py_reactor_handoff__", None)
-        if handoff and running_context() is None:  # nested in a step: it runs in place
-            from py_reactor.workers.dispatch import background_run
-
-            return background_run(cls, inputs, handoff)
-        return run_reactor(cls, inputs)
-
-    @classmethod
-    def resume(
-        cls,
-        execution_id: str | None = None,
-        payload: Any = None,
-        *,
-        correlation_id: str | None = None,
+    def invoke_step(
+        cls, declaration: StepDeclaration, args: Mapping[str, Any] | None, *, context: Any = None
     ) -> Outcome:
-        """Resume this reactor's run paused at an interrupt with ``payload`` (validated by the
-        interrupt's model), found by ``execution_id`` or by ``correlation_id``. The outcome of
-        the rest of the run (``resume="inline"``), or a ``DispatchedResult``
-        (``resume="background"``).
-
-        Raises:
-            ResumeError: no such paused run (a second resume included).
-            InputValidationError: a bad payload; the run stays paused.
-        """
-        from py_reactor.workers import resume
-
-        outcome: Outcome = resume(execution_id, payload, correlation_id=correlation_id, reactor=cls)
-        return outcome
-
-    @classmethod
-    def find(cls, execution_id: str) -> Any:
-        """The stored execution ``execution_id`` (an ``Execution``), or None."""
-        from py_reactor.workers import find
-
-        return find(execution_id)
-
-    @classmethod
-    def cancel(cls, execution_id: str, reason: str | None = None) -> Any:
-        """Stop the stored run ``execution_id`` (waiting, pending, failed or aborted) with no
-        rollback; what it holds is given back. Its ``Execution``, now ``"cancelled"``.
-
-        Raises:
-            ExecutionStateError: it is running or has ended well; LookupError: unknown id.
-        """
-        from py_reactor.workers import cancel
-
-        return cancel(execution_id, reason)
-
-    @classmethod
-    def undo(cls, execution_id: str) -> Any:
-        """Roll the finished (or aborted) stored run ``execution_id`` back, newest step first,
-        then mark it ``"cancelled"``. Its ``Execution``; what could not be undone is in
-        ``.outcome.rollback_failures``.
-
-        Raises:
-            ExecutionStateError: it is running, waiting or pending; LookupError: unknown id.
-        """
-        from py_reactor.workers import undo
-
-        return undo(execution_id)
-
-    @classmethod
-    def retry(cls, execution_id: str) -> Outcome:
-        """Start a new run with the inputs of the ended run ``execution_id``, linked to it
-        (``find(new).retry_of``); the new run's outcome.
-
-        Raises:
-            ExecutionStateError: it has not ended; LookupError: unknown id.
-        """
-        from py_reactor.workers import retry
-
-        outcome: Outcome = retry(execution_id)
-        return outcome
+        """Run ``declaration`` (one of this reactor's inline steps) alone: what
+        ``MyReactor.step.invoke(args)`` does. The engine's half lives on ``py_reactor.Reactor``;
+        a class that only declares cannot run anything."""
+        raise TypeError(
+            f"{cls.__qualname__} only declares a workflow; subclass py_reactor.Reactor to run it"
+        )
 
 
 def _check_returns(cls: type[Reactor]) -> None:

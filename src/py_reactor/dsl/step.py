@@ -7,7 +7,6 @@ from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar, overload
 
-from py_reactor.dsl._inputs import Inputs
 from py_reactor.dsl.contracts import Contract, contract_from_class, contract_from_function
 from py_reactor.dsl.declaration import (
     COORDINATION_ATTRIBUTE,
@@ -16,12 +15,13 @@ from py_reactor.dsl.declaration import (
     StepKind,
     bare_decorator,
 )
+from py_reactor.dsl.inputs import Inputs
 from py_reactor.dsl.registry import register
 from py_reactor.dsl.sources import Element, Input, Result, Source, Value
 from py_reactor.errors import DefinitionError
 
 if TYPE_CHECKING:
-    from py_reactor.engine.results import Outcome
+    pass
 
 __all__ = ["STEP_RESERVED", "Step", "step"]
 
@@ -46,8 +46,10 @@ class Step:
     coordination: ClassVar[Mapping[str, Any]] = MappingProxyType({})
     __py_reactor_contract__: ClassVar[Contract]
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
+    def __init_subclass__(cls, *, verbs: bool = False, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        if verbs:  # py_reactor.Step: adds invoke() over this declaring base
+            return
         own = inspect.get_annotations(cls)
         clash = sorted(STEP_RESERVED & set(own))
         if clash:
@@ -91,17 +93,6 @@ class Step:
     def undo(self, result: Any) -> Any:
         """Reverse this step's completed work because a later step failed. Default: nothing."""
         return None
-
-    @classmethod
-    def invoke(cls, args: Mapping[str, Any] | None = None, *, context: Any = None) -> Outcome:
-        """Validate ``args`` against the contract and run this step alone.
-
-        Returns the same outcome object a reactor run returns; contention and validation
-        problems are reported on it, not raised. A direct invocation never retries.
-        """
-        from py_reactor.engine.invoke import invoke_declaration
-
-        return invoke_declaration(declare_class_step(cls), args, context=context)
 
 
 def declare_class_step(

@@ -18,7 +18,7 @@ from typing import Any
 
 from py_reactor.coordination.declarations import Declaration
 from py_reactor.coordination.scope import Admission, Scope
-from py_reactor.engine._run import Run
+from py_reactor.engine.run import Run
 from py_reactor.observability import events as ev
 
 __all__ = ["StepGate", "emitter", "rollback_scope"]

@@ -26,21 +26,20 @@ from typing import TYPE_CHECKING, Any
 
 from py_reactor.coordination.holds import HELD
 from py_reactor.dsl.declaration import StepDeclaration, StepKind
+from py_reactor.dsl.map import MapResult
 from py_reactor.dsl.reactor import Reactor
 from py_reactor.dsl.registry import class_path
 from py_reactor.dsl.signals import Failure, Halt, Success
-from py_reactor.engine._async import (
-    UNIT_OF,
+from py_reactor.engine.async_units import (
     WAITS,
     _exclusive,
     _exclusive_keys,
     _wait,
     unit_id,
 )
-from py_reactor.engine._run import Parked, Run, StepFailure
 from py_reactor.engine.context import Context
-from py_reactor.engine.handoff import unit_backend
 from py_reactor.engine.results import RollbackFailure, nested_failure
+from py_reactor.engine.run import Parked, Run, StepFailure
 from py_reactor.errors import (
     ArgumentResolutionError,
     CoordinationError,
@@ -50,6 +49,7 @@ from py_reactor.errors import (
     ReactorError,
 )
 from py_reactor.observability import events as ev
+from py_reactor.observability.propagation import UNIT_OF
 
 if TYPE_CHECKING:
     from py_reactor.engine.results import Outcome
@@ -115,7 +115,7 @@ class FanOut:
         elif state["count"] != count:
             self._forget()
             return Failure(self._changed(state["count"], count), retryable=False)
-        backend = unit_backend()
+        backend = self.run.units
         batch = self.decl.batch_size
         while True:
             while state["low"] < state["sent"]:  # the front of the window, without waiting
@@ -192,7 +192,7 @@ class FanOut:
             "element": index,
         }
         try:
-            unit_backend().dispatch(child_cls, element)
+            self.run.units.dispatch(child_cls, element)
         except ReactorError as exc:  # not stored, not sent: no more elements go out
             state["stop"] = {"index": index, "how": "refused", "error": str(exc)}
             self._refusal = exc
@@ -208,7 +208,7 @@ class FanOut:
         self.run.rollback_failures.extend(kept)  # the failed elements' own, kept across parks
         stop = state["stop"]
         if stop is not None and stop["how"] == "failed":
-            ended = self._failure or unit_backend().wait(self._id(stop["index"]), 0)
+            ended = self._failure or self.run.units.wait(self._id(stop["index"]), 0)
             if ended is None:  # pragma: no cover - it ended when it was settled
                 return Failure(state["failed"][str(stop["index"])], retryable=False)
             self.child = ended
@@ -231,7 +231,6 @@ class FanOut:
         ordered = [done.get(i) for i in range(state["count"])]
         if self.decl.mode != "collect":
             return Success(ordered)
-        from py_reactor.dsl.map import MapResult
 
         return Success(MapResult(values=ordered, successes=done, failures=failed))
 

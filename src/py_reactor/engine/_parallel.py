@@ -45,14 +45,14 @@ from py_reactor.coordination.scope import TAKER, compute_key
 from py_reactor.dsl.declaration import StepDeclaration, StepKind
 from py_reactor.dsl.parallel import DEFAULT_MAX_BRANCHES, PARALLEL_ATTRIBUTE
 from py_reactor.dsl.reactor import Reactor, StepPlan
-from py_reactor.engine._async import UNITS, await_units
-from py_reactor.engine._resolve import resolve_arguments
-from py_reactor.engine._run import Parked, Paused, Run, StepFailure
+from py_reactor.engine.async_units import UNITS, await_units
 from py_reactor.engine.compensation import compensate_failed, rollback, undo_child, undo_elements
 from py_reactor.engine.context import Context, Status, running
 from py_reactor.engine.executor import after_step, check_storable, fail, run_one
 from py_reactor.engine.release import release_ledger
+from py_reactor.engine.resolve import resolve_arguments
 from py_reactor.engine.results import DispatchedResult, Outcome, SuccessResult
+from py_reactor.engine.run import Parked, Paused, Run, StepFailure
 from py_reactor.engine.step_runner import Halted
 from py_reactor.observability import events as ev
 
@@ -248,7 +248,13 @@ class _Walk:
         if worker is not None:  # the scheduler checkpoints, after merging the branch
             worker = dataclasses.replace(worker, checkpoint=None, root=root or context)
         branch_run = Run(
-            run.reactor_name, context, run.middleware, worker=worker, root=root, prefix=run.prefix
+            run.reactor_name,
+            context,
+            run.middleware,
+            worker=worker,
+            root=root,
+            prefix=run.prefix,
+            units=run.units,
         )
         branch = _Branch(
             name, branch_owner(self.owner, name), branch_run, base, claims, root, root_base
@@ -335,7 +341,7 @@ class _Walk:
             if unstorable is not None:  # a worker could never pick it up: roll back here
                 self.failures.append(unstorable)
                 return self._roll_back(declarations)
-            return DispatchedResult(context)  # still "running": the worker goes on with it
+            return DispatchedResult(context, waiter=run.units.finish)  # the worker goes on
         if self.cls.returns is not None and self.cls.returns not in context.results:
             reading = await_units(run, (self.cls.returns,), None)  # an unread unit's value
             ended = after_step(run, self.cls.returns, reading, None)

@@ -13,7 +13,7 @@ import random
 import time
 
 from py_reactor.config import get_config
-from py_reactor.engine._run import Parked, Run
+from py_reactor.engine.run import Parked, Run
 from py_reactor.errors import (
     CoordinationError,
     LockAcquisitionError,

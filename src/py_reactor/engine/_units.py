@@ -11,18 +11,21 @@ from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from py_reactor.dsl._inputs import Inputs
 from py_reactor.dsl.declaration import StepDeclaration, StepKind
+from py_reactor.dsl.inputs import Inputs
+from py_reactor.dsl.map import MapResult, fans_out
+from py_reactor.dsl.reactor import ITEMS
 from py_reactor.dsl.registry import class_path
 from py_reactor.dsl.signals import Failure, Halt, Success
 from py_reactor.dsl.sources import Element
 from py_reactor.dsl.step import Step
-from py_reactor.engine._run import Paused
 from py_reactor.engine.context import Context, Status
+from py_reactor.engine.resolve import read_source
 from py_reactor.engine.results import PausedResult, nested_failure
+from py_reactor.engine.run import Paused
 
 if TYPE_CHECKING:
-    from py_reactor.engine._run import Run
+    from py_reactor.engine.run import Run
 
 __all__ = ["defines", "element_key", "make_unit", "paused_signal"]
 
@@ -115,6 +118,7 @@ class _ReactorUnit:
             worker=worker,
             root=self.parent.root,
             prefix=f"{self.parent.prefix}{self.name}.",
+            units=self.parent.units,
         )
         if outcome.status == "waiting":
             return outcome.parked  # type: ignore[attr-defined]
@@ -166,8 +170,6 @@ class _MapUnit:
         return None
 
     def run(self) -> Any:
-        from py_reactor.dsl.map import fans_out
-        from py_reactor.dsl.reactor import ITEMS
         from py_reactor.engine.executor import execute
 
         child_cls = self.decl.target
@@ -215,6 +217,7 @@ class _MapUnit:
                 worker=worker,
                 root=run.root,
                 prefix=f"{run.prefix}{key}.",
+                units=run.units,
             )
             if outcome.status == "waiting":
                 return outcome.parked  # type: ignore[attr-defined]
@@ -236,7 +239,6 @@ class _MapUnit:
         ordered = [done.get(i) for i in range(count)]
         if not collect:
             return Success(ordered)
-        from py_reactor.dsl.map import MapResult
 
         return Success(MapResult(values=ordered, successes=done, failures=failed))
 
@@ -247,8 +249,6 @@ class _MapUnit:
         Raises:
             ArgumentResolutionError: an ``Element`` field the element does not have.
         """
-        from py_reactor.dsl.reactor import ITEMS
-        from py_reactor.engine._resolve import read_source
 
         reactor = self.parent.reactor_name
         return {

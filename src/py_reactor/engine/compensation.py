@@ -19,10 +19,10 @@ from py_reactor.coordination.scope import Scope
 from py_reactor.dsl.declaration import StepDeclaration, StepKind
 from py_reactor.dsl.signals import Failure
 from py_reactor.engine._coordinate import rollback_scope
-from py_reactor.engine._run import Run, StepFailure
 from py_reactor.engine._units import defines, make_unit
 from py_reactor.engine.context import Status
 from py_reactor.engine.results import RollbackFailure, nested_failure
+from py_reactor.engine.run import Run, StepFailure
 from py_reactor.errors import CoordinationError
 from py_reactor.observability import events as ev
 
@@ -113,7 +113,7 @@ def undo_child(run: Run, name: str, decl: StepDeclaration) -> None:
     if child_context is None:
         return
     child_cls = decl.target
-    child_run = Run(child_cls.__py_reactor_name__, child_context, run.middleware)
+    child_run = Run(child_cls.__py_reactor_name__, child_context, run.middleware, units=run.units)
     scope: Scope | None = None
     if child_context.completed and child_cls.coordination:
         try:

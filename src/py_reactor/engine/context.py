@@ -65,7 +65,7 @@ def running(context: Context, *, owner: str | None = None) -> Iterator[None]:
     Holds taken in it belong to ``owner`` if given, else to the owner of the execution this
     thread is already running (a nested run joins it), else to ``context.root_id``.
     """
-    bound = bind_owner(owner or running_owner() or context.root_id)
+    bound = bind_owner(owner or running_owner() or context.root_id, context.holds)
     token = _running.set((context, threading.get_ident()))
     try:
         yield

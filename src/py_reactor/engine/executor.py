@@ -16,21 +16,13 @@ from py_reactor.coordination.scope import Admission, Scope
 from py_reactor.dsl.declaration import StepKind
 from py_reactor.dsl.reactor import Reactor, StepPlan
 from py_reactor.dsl.registry import class_path
-from py_reactor.engine._async import DEFERRED, await_inputs, await_units, dispatch_unit
 from py_reactor.engine._coordinate import emitter
-from py_reactor.engine._interrupt import reach_interrupt
 from py_reactor.engine._park import park_or_fail
-from py_reactor.engine._run import (
-    Parked,
-    Paused,
-    Run,
-    StepFailure,
-    WorkerMode,
-    describe_exception,
-)
+from py_reactor.engine.async_units import DEFERRED, await_inputs, await_units, dispatch_unit
 from py_reactor.engine.compensation import rollback
 from py_reactor.engine.context import Context, Status, running, running_context
-from py_reactor.engine.handoff import unit_backend
+from py_reactor.engine.handoff import NO_UNITS, UnitBackend
+from py_reactor.engine.interrupt import reach_interrupt
 from py_reactor.engine.results import (
     DispatchedResult,
     FailureResult,
@@ -39,6 +31,14 @@ from py_reactor.engine.results import (
     ParkedResult,
     PausedResult,
     SuccessResult,
+)
+from py_reactor.engine.run import (
+    Parked,
+    Paused,
+    Run,
+    StepFailure,
+    WorkerMode,
+    describe_exception,
 )
 from py_reactor.engine.serializer import dumps_context
 from py_reactor.engine.step_runner import Halted, run_step
@@ -50,7 +50,11 @@ __all__ = ["after_step", "check_storable", "execute", "failure_result", "run_one
 
 
 def run_reactor(
-    cls: type[Reactor], inputs: Mapping[str, Any], *, private: Mapping[str, Any] | None = None
+    cls: type[Reactor],
+    inputs: Mapping[str, Any],
+    *,
+    units: UnitBackend | None = None,
+    private: Mapping[str, Any] | None = None,
 ) -> Outcome:
     """Start a new execution of ``cls`` with raw ``inputs`` and run it to its end.
 
@@ -58,15 +62,16 @@ def run_reactor(
     it shares its root id and its registry of held keys, so it re-enters the holds. A new
     execution that pauses at an interrupt is stored, for a resume from any process (a nested
     run that pauses fails its step instead).
-    ``private``: bookkeeping the new context starts with (``retry_of``).
+    ``units``: the runtime's backend for async units and stored pauses (a nested run uses
+    its enclosing run's). ``private``: bookkeeping the new context starts with (``retry_of``).
     """
     path, raw = class_path(cls), dict(inputs)
     parent = running_context()
     context = Context(reactor=path, inputs=raw) if parent is None else parent.child(path, raw)
     context.private.update(private or {})
-    outcome = execute(cls, context)
+    outcome = execute(cls, context, units=units)
     if parent is None and isinstance(outcome, PausedResult):
-        unit_backend().store_pause(outcome)
+        (units or NO_UNITS).store_pause(outcome)
     return outcome
 
 
@@ -80,6 +85,7 @@ def execute(
     handoff: str | None = None,
     root: Context | None = None,
     prefix: str = "",
+    units: UnitBackend | None = None,
 ) -> Outcome:
     """Run ``cls`` from wherever ``context`` stopped until it completes, halts, fails or
     pauses at an interrupt.
@@ -104,6 +110,7 @@ def execute(
         handoff=handoff,
         root=root,
         prefix=prefix,
+        units=units,
     )
     if context.status is Status.PENDING or (worker is None and context.status is not Status.PAUSED):
         run.emit(ev.ReactorStarted)  # once per execution: not again when a worker resumes it
@@ -211,7 +218,8 @@ def _walk(cls: type[Reactor], run: Run) -> Outcome:
                     failure = unstorable
                     rollback(run, {n: p.declaration for n, p in plan.items()}, unstorable)
                     return fail(run, unstorable)
-                return DispatchedResult(context)  # still "running": the worker goes on with it
+                # still "running": the worker goes on with it
+                return DispatchedResult(context, waiter=run.units.finish)
             result = run_one(run, cls, plan[name])
             ended = after_step(run, name, result, checkpoint)
             if ended is not None:
@@ -260,6 +268,7 @@ def after_step(
         run.context.status = Status.PAUSED
         return PausedResult(
             run.context,
+            waiter=run.units.finish,
             step_name=result.step,
             correlation_id=result.correlation_id,
             deadline=result.deadline,

@@ -1,9 +1,9 @@
 """The seam through which the engine hands an async unit to a worker and learns how it ended
-(and reserves an interrupt's correlation id in the store).
+(and stores a pause, and reserves an interrupt's correlation id).
 
-The engine never imports a worker backend: ``py_reactor.workers`` installs the one backend
-(store the unit's execution, make it due; read its stored outcome) when it is imported, which
-``import py_reactor`` does.
+The engine never imports the runtime or a store: whoever drives a run passes the backend in
+(``execute(..., units=...)``); ``py_reactor.runtime.units.StoreUnits`` is the one the runtime
+gives.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from py_reactor.engine.context import Context
     from py_reactor.engine.results import Outcome, PausedResult
 
-__all__ = ["UnitBackend", "install", "unit_backend"]
+__all__ = ["NO_UNITS", "UnitBackend"]
 
 
 class UnitBackend(Protocol):
@@ -35,6 +35,14 @@ class UnitBackend(Protocol):
         """The terminal outcome of ``execution_id`` (around its stored context), waiting up to
         ``timeout`` seconds (0: only look); None if it has not ended by then."""
 
+    def finish(self, execution_id: str, timeout: float | None) -> Outcome:
+        """Block until ``execution_id`` ends (``timeout`` None: however long it takes); its
+        terminal outcome, rebuilt from the store.
+
+        Raises:
+            TimeoutError: it did not end within ``timeout`` seconds.
+        """
+
     def store_pause(self, outcome: PausedResult) -> None:
         """Store a run that paused in the caller (created ``"paused"``), for a resume that may
         come from any process."""
@@ -47,24 +55,34 @@ class UnitBackend(Protocol):
         """
 
 
-_backend: UnitBackend | None = None
+class _NoUnits:
+    """The backend of a run nobody gave one (the engine driven directly): it can run every
+    step but async units, stored pauses and waits on a dispatched run."""
 
-
-def install(backend: UnitBackend) -> None:
-    """Make ``backend`` the one the engine dispatches async units through."""
-    global _backend
-    _backend = backend
-
-
-def unit_backend() -> UnitBackend:
-    """The installed backend.
-
-    Raises:
-        DispatchError: none is installed (``py_reactor.workers`` was never imported).
-    """
-    if _backend is None:
-        raise DispatchError(
-            "async units need py_reactor's workers: import py_reactor (or py_reactor.workers) "
-            "before running a reactor that declares async_step or async_reactor"
+    def _refuse(self) -> DispatchError:
+        return DispatchError(
+            "this run was started without py_reactor's runtime (the engine driven directly): "
+            "async units, interrupts and background hand-offs need it; run the reactor with "
+            "MyReactor.run(...)"
         )
-    return _backend
+
+    def dispatch(self, reactor: type[Reactor], context: Context) -> None:
+        raise self._refuse()
+
+    def wait(self, execution_id: str, timeout: float) -> Outcome | None:
+        raise self._refuse()
+
+    def finish(self, execution_id: str, timeout: float | None) -> Outcome:
+        raise self._refuse()
+
+    def store_pause(self, outcome: PausedResult) -> None:
+        raise self._refuse()
+
+    def reserve(
+        self, reactor: str, correlation_id: str, execution_id: str, deadline: float | None
+    ) -> str | None:
+        raise self._refuse()
+
+
+#: What a run without a runtime backend uses: refuses whatever needs the store.
+NO_UNITS: UnitBackend = _NoUnits()

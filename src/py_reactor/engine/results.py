@@ -7,11 +7,15 @@ outcome has ``value``, ``error`` and ``context`` so callers can read them withou
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any, TypedDict
 
 from py_reactor.engine.context import Context
+
+#: How a dispatched or paused run's ``wait()`` reaches the store: ``(execution id, timeout)``
+#: to the terminal outcome (given by the runtime that stored the run).
+Waiter = Callable[[str, float | None], "Outcome"]
 
 __all__ = [
     "CancelledResult",
@@ -153,7 +157,7 @@ class PausedResult(Outcome):
         deadline: wall-clock time at which its timeout fails the step, or None.
     """
 
-    __slots__ = ("correlation_id", "deadline", "step_name")
+    __slots__ = ("_waiter", "correlation_id", "deadline", "step_name")
     is_success = False
     status = "paused"
 
@@ -161,11 +165,13 @@ class PausedResult(Outcome):
         self,
         context: Context,
         *,
+        waiter: Waiter,
         step_name: str,
         correlation_id: str | None = None,
         deadline: float | None = None,
     ) -> None:
         super().__init__(context)
+        self._waiter = waiter
         self.step_name = step_name
         self.correlation_id = correlation_id
         self.deadline = deadline
@@ -177,9 +183,7 @@ class PausedResult(Outcome):
         Raises:
             TimeoutError: it did not end within ``timeout`` seconds.
         """
-        from py_reactor.workers import wait
-
-        return wait(self.execution_id, timeout=timeout)
+        return self._waiter(self.execution_id, timeout)
 
     def __repr__(self) -> str:
         cid = "" if self.correlation_id is None else f" correlation_id={self.correlation_id!r}"
@@ -194,8 +198,12 @@ class DispatchedResult(Outcome):
         results: the values of the steps that ran in the caller before the hand-off.
     """
 
-    __slots__ = ()
+    __slots__ = ("_waiter",)
     status = "dispatched"
+
+    def __init__(self, context: Context, *, waiter: Waiter) -> None:
+        super().__init__(context)
+        self._waiter = waiter
 
     def wait(self, timeout: float | None = None) -> Outcome:
         """Block until the execution ends and return its outcome (rebuilt from the store).
@@ -203,9 +211,7 @@ class DispatchedResult(Outcome):
         Raises:
             TimeoutError: it did not end within ``timeout`` seconds.
         """
-        from py_reactor.workers import wait
-
-        return wait(self.execution_id, timeout=timeout)
+        return self._waiter(self.execution_id, timeout)
 
     def __repr__(self) -> str:
         return f"<DispatchedResult {_name(self.context)} id={self.execution_id}>"

@@ -18,12 +18,11 @@ from py_reactor.dsl.declaration import StepDeclaration, StepKind
 from py_reactor.dsl.reactor import StepPlan
 from py_reactor.dsl.retries import RetryPolicy
 from py_reactor.dsl.signals import Failure, Halt, Skipped, Success
-from py_reactor.engine._async import await_units
 from py_reactor.engine._coordinate import StepGate
 from py_reactor.engine._park import park_or_fail
-from py_reactor.engine._resolve import resolve_arguments
-from py_reactor.engine._run import Parked, Paused, Run, StepFailure, error_text
 from py_reactor.engine._units import defines, make_unit
+from py_reactor.engine.async_units import await_units
+from py_reactor.engine.resolve import resolve_arguments
 from py_reactor.engine.results import (
     FailureResult,
     HaltedResult,
@@ -31,6 +30,7 @@ from py_reactor.engine.results import (
     PausedResult,
     SuccessResult,
 )
+from py_reactor.engine.run import Parked, Paused, Run, StepFailure, error_text
 from py_reactor.errors import ArgumentResolutionError, CoordinationError, InputValidationError
 from py_reactor.observability import events as ev
 

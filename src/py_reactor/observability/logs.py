@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from py_reactor.config import get_config
 from py_reactor.errors import (
     HandoffRefusedError,
     LockAcquisitionError,
@@ -29,8 +30,8 @@ from py_reactor.errors import (
     SemaphoreAcquisitionError,
 )
 from py_reactor.observability import events as ev
-from py_reactor.observability._propagation import HandoffHooks, qualname_of, wake_of
 from py_reactor.observability.middleware import Middleware
+from py_reactor.observability.propagation import HandoffHooks, qualname_of, wake_of
 
 if TYPE_CHECKING:
     from py_reactor.engine.context import Context
@@ -188,7 +189,6 @@ class LoggingMiddleware(Middleware, HandoffHooks):
             self._reported.append(error)
         runs = self._runs()
         root = runs[-1] if runs else None
-        from py_reactor.config import get_config
 
         capped = root is not None and root.parks >= get_config().park_max_attempts
         self._log(

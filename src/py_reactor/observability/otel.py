@@ -42,10 +42,12 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         f'pip install "py_reactor[otel]" ({exc})'
     ) from exc
 
-from py_reactor.errors import CoordinationError
+from py_reactor.config import get_config
+from py_reactor.errors import CoordinationError, StaleExecution
 from py_reactor.observability import events as ev
-from py_reactor.observability._propagation import HandoffHooks, qualname_of, wake_of
 from py_reactor.observability.middleware import Middleware
+from py_reactor.observability.propagation import UNIT_OF, HandoffHooks, qualname_of, wake_of
+from py_reactor.version import __version__
 
 if TYPE_CHECKING:
     from py_reactor.engine.context import Context
@@ -101,8 +103,6 @@ class OpenTelemetryMiddleware(Middleware, HandoffHooks):
     """
 
     def __init__(self, tracer_provider: TracerProvider | None = None) -> None:
-        from py_reactor import __version__
-
         self._tracer = trace.get_tracer("py_reactor", __version__, tracer_provider=tracer_provider)
         self._lock = threading.RLock()
         self._stacks: dict[str, list[_Frame]] = {}
@@ -527,9 +527,6 @@ class OpenTelemetryMiddleware(Middleware, HandoffHooks):
         A background run's dispatch ends the caller's spans of it (``py_reactor.dispatched``);
         an async unit's dispatch span ends with ``UnitDispatched`` (or the step's failure).
         """
-        from py_reactor.config import get_config
-        from py_reactor.engine._async import UNIT_OF  # who dispatched an async unit
-
         origin = context.private.get(UNIT_OF)
         target = qualname_of(context.reactor)
         attributes: dict[str, Any] = {
@@ -625,8 +622,6 @@ class OpenTelemetryMiddleware(Middleware, HandoffHooks):
             runs.remove(run)
             if not runs:
                 self._runs.pop(threading.get_ident(), None)
-        from py_reactor.engine._run import StaleExecution
-
         frame = run.frame
         if not frame.ended:
             if error is not None:

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import os
 import threading
+from typing import TYPE_CHECKING, Any
 
-from redis.exceptions import RedisError
-
+from py_reactor.config import get_config
 from py_reactor.errors import StoreUnavailableError
-from py_reactor.storage.redis import RedisStore
+from py_reactor.storage.executions import ExecutionStore
 
-__all__ = ["RedisStore", "current_store", "forget_store"]
+if TYPE_CHECKING:
+    from py_reactor.storage.redis import RedisStore
+
+__all__ = ["RedisStore", "current_store", "executions", "forget_store"]
 
 _lock = threading.Lock()
 _cached: tuple[tuple[object, ...], int, RedisStore] | None = None
@@ -31,7 +34,7 @@ def current_store() -> RedisStore:
             made); never a raw redis-py or OS error.
     """
     global _cached
-    from py_reactor.config import get_config
+    from py_reactor.storage.redis import RedisStore  # the lazy redis client
 
     config = get_config()
     identity = (config.redis_url, config.embedded_dir)
@@ -52,6 +55,8 @@ def current_store() -> RedisStore:
 
 def _embedded(configured_dir: str | None) -> RedisStore:
     """The embedded store, reporting any failure to set it up as StoreUnavailableError."""
+    from redis.exceptions import RedisError  # the lazy redis client
+
     from py_reactor.storage.embedded import embedded_dir, embedded_store
 
     try:
@@ -70,3 +75,17 @@ def forget_store() -> None:
     global _cached
     with _lock:
         _cached = None
+
+
+def executions() -> ExecutionStore:
+    """The executions of the configured store (connected on first use)."""
+    return ExecutionStore(current_store())
+
+
+def __getattr__(name: str) -> Any:
+    """``RedisStore`` on first access: importing the package never imports redis."""
+    if name == "RedisStore":
+        from py_reactor.storage.redis import RedisStore  # the lazy redis client
+
+        return RedisStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

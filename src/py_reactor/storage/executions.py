@@ -20,11 +20,14 @@ Redis layout (``py_reactor:exec:*``)::
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from py_reactor.storage import keys
-from py_reactor.storage.redis import RedisStore
+
+if TYPE_CHECKING:
+    from py_reactor.storage.redis import RedisStore
 
 __all__ = ["ExecutionStore", "StoredExecution"]
 
@@ -277,7 +280,6 @@ class ExecutionStore:
         """Reserve ``correlation_id`` of ``reactor`` for the paused run ``execution_id``: None
         when it is now this run's, else the id of the paused run that holds it. It lives until
         a resume or cancel gives it up (or a day past ``deadline``, a wall-clock time)."""
-        import time
 
         lives = "" if deadline is None else str(_ms(max(0.0, deadline - time.time()) + 86400))
         holder = self.store.run_script(

@@ -23,6 +23,7 @@ from redis.backoff import NoBackoff
 from redis.commands.core import Script
 from redis.retry import Retry
 
+from py_reactor.config.urls import EXAMPLE, redact, scrub, secrets_of
 from py_reactor.coordination.store import (
     LockInfo,
     LockReply,
@@ -35,7 +36,6 @@ from py_reactor.coordination.store import (
 )
 from py_reactor.errors import CoordinationError, StoreUnavailableError
 from py_reactor.storage import keys
-from py_reactor.storage.urls import EXAMPLE, redact, scrub, secrets_of
 
 __all__ = ["CONNECT_TIMEOUT", "RedisStore", "lua_source"]
 

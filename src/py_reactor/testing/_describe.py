@@ -12,9 +12,12 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from py_reactor.engine.context import Context
 from py_reactor.engine.results import DispatchedResult, Outcome
+from py_reactor.engine.serializer import loads_context
+from py_reactor.errors import SerializationError
+from py_reactor.runtime.execution import Execution, find
 
 if TYPE_CHECKING:
-    from py_reactor.workers.execution import Execution
+    from py_reactor.runtime.execution import Execution
 
 __all__ = [
     "MISSING",
@@ -74,7 +77,6 @@ def subject(value: object, helper: str) -> Subject:
         TypeError: ``value`` is none of these (a helper was given the wrong thing).
         AssertionError: no stored execution has that id.
     """
-    from py_reactor.workers.execution import Execution
 
     if isinstance(value, Outcome) and not isinstance(value, DispatchedResult):
         context = value.context
@@ -98,7 +100,6 @@ def subject(value: object, helper: str) -> Subject:
 
 
 def _find(execution_id: str, helper: str) -> Subject:
-    from py_reactor.workers.execution import find
 
     execution = find(execution_id)
     if execution is None:
@@ -124,8 +125,6 @@ def _from_execution(execution: Execution) -> Subject:
 
 
 def _stored_context(execution_id: str) -> Context | None:
-    from py_reactor.engine.serializer import loads_context
-    from py_reactor.errors import SerializationError
     from py_reactor.storage import current_store
     from py_reactor.storage.executions import ExecutionStore
 

@@ -8,21 +8,26 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import threading
 import time
 import uuid
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from py_reactor import workers
 from py_reactor.config import Config, configure, get_config, reset_config
+from py_reactor.coordination.lock import Lock
+from py_reactor.errors import StoreUnavailableError
+from py_reactor.runtime.execution import snapshot
 from py_reactor.testing._server import RedisServer
 
 if TYPE_CHECKING:
     import redis
 
     from py_reactor.coordination.lock import LockHold
+    from py_reactor.runtime.execution import Execution
     from py_reactor.storage.redis import RedisStore
-    from py_reactor.workers.execution import Execution
 
 __all__ = ["IsolatedStore", "LockHolder", "ReactorWorker", "drain"]
 
@@ -101,7 +106,6 @@ class IsolatedStore:
     def executions(self, limit: int = 100) -> list[Execution]:
         """The stored executions, newest first (``Execution`` snapshots)."""
         from py_reactor.storage.executions import ExecutionStore
-        from py_reactor.workers.execution import snapshot
 
         executions = ExecutionStore(self.store)
         found = (executions.load(execution_id) for execution_id in executions.ids(limit))
@@ -154,7 +158,6 @@ def _pending(waiting: bool) -> list[str]:
 
 
 def _waiting_on(client: Any, execution_id: str) -> dict[str, Any] | None:
-    import json
 
     from py_reactor.storage import keys
 
@@ -186,7 +189,6 @@ def drain(timeout: float = 30.0, *, waiting: bool = False) -> None:
     Raises:
         TimeoutError: not drained within ``timeout`` seconds; the message lists what is left.
     """
-    from py_reactor import workers
 
     workers.ensure_worker()
     deadline = time.monotonic() + timeout
@@ -214,7 +216,6 @@ def drain(timeout: float = 30.0, *, waiting: bool = False) -> None:
 
 def settle(timeout: float = SETTLE_TIMEOUT) -> None:
     """Wait (up to ``timeout`` seconds) until no execution is running, quietly."""
-    from py_reactor.errors import StoreUnavailableError
     from py_reactor.storage import current_store, keys
 
     deadline = time.monotonic() + timeout
@@ -230,7 +231,6 @@ def settle(timeout: float = SETTLE_TIMEOUT) -> None:
 def stop_worker() -> None:
     """Stop this process's thread worker and wait for its dispatcher thread to end, so that
     nothing asks the store for work after the settings change back."""
-    from py_reactor import workers
 
     workers.stop(wait=True)
 
@@ -240,7 +240,6 @@ class ReactorWorker:
 
     def start(self) -> ReactorWorker:
         """Use the thread worker (``configure(worker="threads")``) and start it now."""
-        from py_reactor import workers
 
         configure(worker="threads")
         workers.start()
@@ -253,7 +252,6 @@ class ReactorWorker:
 
     def sweep(self) -> tuple[list[str], list[str]]:
         """One recovery pass now: ``(due ids dispatched, ids recovered from lapsed leases)``."""
-        from py_reactor import workers
 
         return workers.sweep()
 
@@ -309,7 +307,6 @@ class LockHolder:
         self, key: str, *, ttl: float = 60, wait: float = 0, owner: str | None = None
     ) -> LockHold:
         """Take lock ``key`` until ``hold.release()`` (or the end of the test)."""
-        from py_reactor.coordination.lock import Lock
 
         hold = Lock(key, ttl=ttl, wait=wait, owner=owner or self.new_owner()).acquire()
         with self._guard:

@@ -9,10 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from py_reactor.config.options import window_seconds
 from py_reactor.coordination.lock import LockState
 from py_reactor.coordination.ordered_lock import OrderedLockState
 from py_reactor.coordination.semaphore import Semaphore
+from py_reactor.coordination.store import default_store
 from py_reactor.engine.results import Outcome
+from py_reactor.runtime.execution import Execution
 from py_reactor.testing._describe import MISSING
 
 if TYPE_CHECKING:
@@ -32,7 +35,6 @@ __all__ = [
 def _store(store: Store | None) -> Store:
     if store is not None:
         return store
-    from py_reactor.coordination.store import default_store
 
     return default_store()
 
@@ -62,7 +64,6 @@ def _describe_lock(state: LockState) -> str:
 def owner_of(by: object) -> str:
     """The owner id ``by`` stands for: a str, a hold (``hold.owner``), an outcome or an
     execution (its root execution id, which owns every hold taken in it)."""
-    from py_reactor.workers.execution import Execution
 
     if isinstance(by, str):
         return by
@@ -185,7 +186,6 @@ def assert_rate_limit_count(
         The count found.
     """
     __tracebackhide__ = True
-    from py_reactor.coordination._options import window_seconds
 
     seconds = window_seconds("assert_rate_limit_count", "period", period)
     (used,) = _store(store).rate_limit_usage(key, [seconds])

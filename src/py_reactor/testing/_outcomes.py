@@ -26,7 +26,7 @@ from py_reactor.testing._describe import (
 )
 
 if TYPE_CHECKING:
-    from py_reactor.workers.execution import Execution
+    from py_reactor.runtime.execution import Execution
 
 __all__ = [
     "assert_contended_at",

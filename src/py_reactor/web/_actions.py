@@ -15,6 +15,8 @@ from urllib.parse import parse_qs, quote, urlencode
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
+from py_reactor import api
+from py_reactor.config import get_config
 from py_reactor.errors import ReactorError
 from py_reactor.web import _executions
 from py_reactor.web._csrf import FIELD, HEADER
@@ -50,23 +52,16 @@ def _act(
         raise _Refused(
             404, f"no action {action!r}; the actions are {', '.join(_executions.ACTIONS)}"
         )
-    if dash.redis_url is not None:
-        from py_reactor.config import get_config
-
-        if get_config().redis_url != dash.redis_url:
-            raise _Refused(
-                409,
-                "py_reactor is configured for another store than the one this dashboard shows; "
-                "call configure(redis_url=...) with the dashboard's redis_url",
-            )
-    from py_reactor import workers
-
-    operation = getattr(workers, action)
+    if dash.redis_url is not None and get_config().redis_url != dash.redis_url:
+        raise _Refused(
+            409,
+            "py_reactor is configured for another store than the one this dashboard shows; "
+            "call configure(redis_url=...) with the dashboard's redis_url",
+        )
+    operation = getattr(api, action)
     try:
         if action == "resume":  # always in a worker: a web request does not run the workflow
-            from py_reactor.workers.interrupts import resume
-
-            result = resume(execution_id, _payload(payload), mode="background")
+            result = api.resume(execution_id, _payload(payload), mode="background")
         else:
             result = operation(execution_id)
     except LookupError as exc:

@@ -19,6 +19,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from py_reactor.config import configure
 from py_reactor.errors import StoreUnavailableError
 from py_reactor.web import _actions, _coordination, _declared, _executions
 from py_reactor.web._csrf import FIELD
@@ -60,8 +61,6 @@ def app(
         (an ASGI router) or serve it with any ASGI server.
     """
     if redis_url is not None:
-        from py_reactor.config import configure
-
         configure(redis_url=redis_url)
     if not refresh > 0:
         raise ValueError(f"app(refresh=...) takes a number of seconds > 0, got {refresh!r}")

@@ -13,9 +13,12 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from py_reactor.config import get_config
+from py_reactor.coordination.scope import compute_key
 from py_reactor.dsl.declaration import StepKind
 from py_reactor.dsl.reactor import Reactor
 from py_reactor.dsl.registry import lookup
+from py_reactor.engine.resolve import resolve_arguments
 
 __all__ = ["declaration", "describe", "reactor_class", "semaphore_limit", "windows"]
 
@@ -71,7 +74,6 @@ def windows(key: str, users: Iterable[User]) -> dict[int, int]:
             return dict(found.make(key)._resolved())
         except Exception:  # a named limit no longer registered: try the next user
             continue
-    from py_reactor.config import get_config
 
     return dict(get_config().rate_limits.get(key, ()))
 
@@ -152,7 +154,6 @@ def attribute(context: Any, primitive: str, key: str) -> tuple[str, str | None] 
     declared = cls.coordination.get(primitive)
     if declared is not None and _key_for(declared, dict(context.inputs)) == key:
         return "reactor", None
-    from py_reactor.engine._resolve import resolve_arguments
 
     for name in cls.__py_reactor_order__:
         plan = cls.__py_reactor_plan__[name]
@@ -171,7 +172,6 @@ def attribute(context: Any, primitive: str, key: str) -> tuple[str, str | None] 
 
 
 def _key_for(declared: Any, values: dict[str, Any]) -> str | None:
-    from py_reactor.coordination.scope import compute_key
 
     try:
         return compute_key(declared, values, "dashboard")

@@ -14,11 +14,11 @@ from typing import Any
 
 from py_reactor.engine.serializer import loads_context
 from py_reactor.errors import SerializationError
+from py_reactor.runtime import operations
+from py_reactor.runtime.execution import TERMINAL
 from py_reactor.storage import keys
 from py_reactor.storage.executions import ExecutionStore, StoredExecution
 from py_reactor.storage.redis import RedisStore
-from py_reactor.workers import operations
-from py_reactor.workers.execution import TERMINAL
 
 __all__ = [
     "ACTIONS",

@@ -13,6 +13,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from py_reactor.config import configure
+
 __all__ = ["add_dashboard_command", "run_dashboard"]
 
 
@@ -67,8 +69,6 @@ def run_dashboard(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    from py_reactor import configure
-
     try:
         configure(worker=args.worker)
         if args.redis_url:

@@ -6,15 +6,19 @@ the configuration never affects a run already in progress.
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from py_reactor.coordination._options import check_limits
+from py_reactor.config.options import check_limits
+from py_reactor.config.urls import EXAMPLE, redact, url_problem
 from py_reactor.errors import DefinitionError
-from py_reactor.observability.middleware import Middleware
+
+if TYPE_CHECKING:  # the class lives above settings; only its shape is checked here
+    from py_reactor.observability.middleware import Middleware
 
 __all__ = ["Config", "configure", "get_config", "reset_config"]
 
@@ -74,8 +78,6 @@ class Config:
         """The settings, with the password of ``redis_url`` masked."""
         url = None
         if self.redis_url is not None:
-            from py_reactor.storage.urls import redact
-
             url = redact(self.redis_url)
         return (
             f"Config(middleware={self.middleware!r}, redis_url={url!r}, "
@@ -215,9 +217,19 @@ def configure(
         return _config
 
 
+@runtime_checkable
+class _MiddlewareShape(Protocol):
+    """What ``configure(middleware=...)`` checks: ``py_reactor.Middleware`` instances. The
+    class lives with the events it receives (``observability``); settings only check its
+    shape, so that they import nothing above ``errors``."""
+
+    def on_reactor_started(self, event: Any) -> None:
+        """A reactor run began."""
+
+
 def _check_middleware(middleware: object) -> tuple[Middleware, ...]:
     """``middleware`` as a tuple of Middleware instances, or a TypeError naming the bad item."""
-    if isinstance(middleware, Middleware):
+    if isinstance(middleware, _MiddlewareShape):
         name = type(middleware).__qualname__
         raise TypeError(
             f"configure(middleware=...) takes a list of py_reactor.Middleware instances, got a "
@@ -230,12 +242,12 @@ def _check_middleware(middleware: object) -> tuple[Middleware, ...]:
         )
     items = tuple(middleware)
     for position, item in enumerate(items):
-        if isinstance(item, type) and issubclass(item, Middleware):
+        if isinstance(item, type) and issubclass(item, _MiddlewareShape):
             raise TypeError(
                 f"configure(middleware=...): item {position} is the class {item.__qualname__}, "
                 f"not an instance; pass {item.__qualname__}() instead"
             )
-        if not isinstance(item, Middleware):
+        if not isinstance(item, _MiddlewareShape):
             raise TypeError(
                 f"configure(middleware=...): item {position} is {_kind(item)}, "
                 "not a py_reactor.Middleware; subclass Middleware and override the hooks you need"
@@ -258,8 +270,6 @@ def _check_redis_url(redis_url: object) -> str:
             f"configure(redis_url=...) takes a str URL like 'redis://localhost:6379/0', "
             f"got {_kind(redis_url)}"
         )
-    from py_reactor.storage.urls import EXAMPLE, redact, url_problem
-
     problem = url_problem(redis_url)
     if problem is not None:
         raise ValueError(
@@ -284,7 +294,6 @@ def reset_config() -> None:
 
 def _forget_store() -> None:
     """Drop the cached store connection if the storage package was ever loaded."""
-    import sys
 
     storage = sys.modules.get("py_reactor.storage")
     if storage is not None:

@@ -9,7 +9,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from py_reactor.engine.context import Context
+from py_reactor.engine.handoff import NO_UNITS, UnitBackend
 from py_reactor.engine.results import RollbackFailure
+from py_reactor.errors import StaleExecution
 from py_reactor.observability.events import Event
 from py_reactor.observability.middleware import Middleware, emit
 
@@ -48,10 +50,6 @@ class WorkerMode:
     root: Context | None = None  # the execution's root context: parks are counted and traced
     prefix: str = ""  # "child." while a composed child runs: parks name "child.charge"
     recovered: bool = False
-
-
-class StaleExecution(Exception):
-    """Another runner claimed this execution: drop the work, write nothing, release nothing."""
 
 
 @dataclass(slots=True)
@@ -99,7 +97,7 @@ class Run:
     """
 
     __slots__ = ("context", "handoff", "middleware", "prefix", "reactor_name",
-                 "rollback_failures", "root", "worker")  # fmt: skip
+                 "rollback_failures", "root", "units", "worker")  # fmt: skip
 
     def __init__(
         self,
@@ -111,6 +109,7 @@ class Run:
         handoff: str | None = None,
         root: Context | None = None,
         prefix: str = "",
+        units: UnitBackend | None = None,
     ) -> None:
         self.reactor_name = reactor_name
         self.context = context
@@ -122,6 +121,9 @@ class Run:
         #: the dotted path of this run from it (``"child."`` for a composed child's run).
         self.root = context if root is None else root
         self.prefix = prefix
+        #: Where async units are dispatched and read, and pauses stored: given by the runtime
+        #: that drives this run (the engine itself never reaches a store).
+        self.units: UnitBackend = NO_UNITS if units is None else units
 
     def emit(self, event_class: type[Event], step: str | None = None, **fields: Any) -> None:
         """Build and deliver an event, only if someone listens (no cost otherwise)."""

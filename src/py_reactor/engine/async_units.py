@@ -26,10 +26,9 @@ from py_reactor.dsl.reactor import Reactor, StepPlan
 from py_reactor.dsl.registry import class_path, lookup
 from py_reactor.dsl.sources import Input, Result, Value
 from py_reactor.engine._park import backstop, park
-from py_reactor.engine._resolve import read_source, resolve_arguments
-from py_reactor.engine._run import Parked, Run, StepFailure, error_text
 from py_reactor.engine.context import Context
-from py_reactor.engine.handoff import unit_backend
+from py_reactor.engine.resolve import read_source, resolve_arguments
+from py_reactor.engine.run import Parked, Run, StepFailure, error_text
 from py_reactor.errors import (
     ArgumentResolutionError,
     AsyncUnitTimeoutError,
@@ -39,6 +38,7 @@ from py_reactor.errors import (
     ReactorError,
 )
 from py_reactor.observability import events as ev
+from py_reactor.observability.propagation import UNIT_OF
 
 if TYPE_CHECKING:
     from py_reactor.engine.results import Outcome
@@ -62,9 +62,6 @@ UNITS = "async_units"
 WAITS = "async_waits"
 #: ``context.private`` of a unit: its inputs that read other units' results, ``{input: id}``.
 DEFERRED = "deferred_inputs"
-#: ``context.private`` of a unit: ``{"reactor": module:qualname, "step", "execution"}`` of the
-#: run that dispatched it.
-UNIT_OF = "unit_of"
 #: What a reader parks on (the key is the unit's execution id; its end wakes the reader).
 AWAITED = "async_unit"
 #: A reader in a worker waits this long for a unit before it parks.
@@ -105,7 +102,7 @@ def dispatch_unit(run: Run, cls: type[Reactor], plan: StepPlan) -> Any:
             and source.step in units
             and source.step not in context.results
         ):
-            ended = unit_backend().wait(units[source.step]["id"], 0)
+            ended = run.units.wait(units[source.step]["id"], 0)
             if ended is None:
                 deferred[arg] = units[source.step]["id"]
                 continue
@@ -153,7 +150,7 @@ def dispatch_unit(run: Run, cls: type[Reactor], plan: StepPlan) -> Any:
     if deferred:
         unit.private[DEFERRED] = deferred
     try:
-        unit_backend().dispatch(unit_cls, unit)
+        run.units.dispatch(unit_cls, unit)
     except ReactorError as exc:  # not stored, not sent: the run fails here
         return refused(run, name, exc, values, started)
     kind = "reactor" if decl.kind is StepKind.REACTOR else "step"
@@ -399,14 +396,14 @@ def _wait(
     config = get_config()
     worker = run.worker
     if worker is None:
-        outcome = unit_backend().wait(execution_id, config.async_wait_timeout)
+        outcome = run.units.wait(execution_id, config.async_wait_timeout)
         if outcome is None:
             return _timed_out(
                 run, name, execution_id, label, config.async_wait_timeout, "wait", report
             )
         return outcome
     waits: dict[str, list[float]] = run.context.private.setdefault(WAITS, {})
-    outcome = unit_backend().wait(execution_id, GRACE)
+    outcome = run.units.wait(execution_id, GRACE)
     if outcome is not None:
         waits.pop(name, None)
         if not waits:

@@ -20,15 +20,15 @@ import contextlib
 import logging
 import os
 import socket
-import sys
+import time
 import uuid
 from collections.abc import Mapping
 from typing import Any
 
 from py_reactor.config import get_config
+from py_reactor.coordination.scope import Scope
 from py_reactor.dsl.reactor import Reactor
 from py_reactor.dsl.registry import class_path, lookup
-from py_reactor.engine._run import StaleExecution, WorkerMode, describe_exception
 from py_reactor.engine.context import Context, Status, running
 from py_reactor.engine.executor import execute
 from py_reactor.engine.results import (
@@ -38,44 +38,24 @@ from py_reactor.engine.results import (
     ParkedResult,
     PausedResult,
 )
+from py_reactor.engine.run import StaleExecution, WorkerMode, describe_exception
 from py_reactor.engine.serializer import dumps_context, loads_context
-from py_reactor.errors import DispatchError, ReactorError, SerializationError
-from py_reactor.observability._propagation import dispatching, worker_run
+from py_reactor.errors import ReactorError, SerializationError
+from py_reactor.observability import events as ev
+from py_reactor.observability.middleware import emit
+from py_reactor.observability.propagation import worker_run
+from py_reactor.runtime.execution import finish, outcome_to_dict
+from py_reactor.runtime.pauses import store_pause
+from py_reactor.runtime.pinning import foreign
+from py_reactor.runtime.transport import Transport
+from py_reactor.runtime.units import StoreUnits, dispatch
+from py_reactor.storage import executions as stored_executions
 from py_reactor.storage import keys
 from py_reactor.storage.executions import ExecutionStore, StoredExecution
-from py_reactor.workers.execution import outcome_to_dict
 
 __all__ = ["background_run", "dispatch", "recovery_pass", "run_execution", "worker_name"]
 
 logger = logging.getLogger("py_reactor")
-
-
-def this_script() -> str:
-    """``host:pid:<path of the __main__ script>``: where a reactor of a ``__main__`` script
-    was dispatched from. Only a process running the same script can import it."""
-    main = sys.modules.get("__main__")
-    path = os.path.abspath(getattr(main, "__file__", "") or "<interactive>")
-    return f"{socket.gethostname()}:{os.getpid()}:{path}"
-
-
-def _foreign(pinned: str | None) -> str | None:
-    """None if this process may run an execution pinned to ``pinned`` (not pinned, or the same
-    script: a fork, a restart); else ``"alive"`` (leave it to its script) or ``"gone"``."""
-    if not pinned:
-        return None
-    host, pid, path = [*pinned.split(":", 2), "", ""][:3]
-    mine_host, _, mine_path = this_script().split(":", 2)
-    if host == mine_host and path == mine_path:
-        return None
-    if host != mine_host:
-        return "alive"  # another machine's script: it cannot be checked from here
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return "gone"
-    except (PermissionError, ValueError):
-        return "alive"
-    return "alive"
 
 
 def worker_name() -> str:
@@ -83,17 +63,12 @@ def worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
 
-def _executions() -> ExecutionStore:
-    from py_reactor.storage import current_store
-
-    return ExecutionStore(current_store())
-
-
 def background_run(
     cls: type[Reactor],
     inputs: Mapping[str, Any],
     handoff: str,
     *,
+    transport: Transport,
     private: Mapping[str, Any] | None = None,
 ) -> Outcome:
     """``cls.run()`` of a ``@background`` reactor: the steps before ``handoff`` in the caller,
@@ -107,20 +82,18 @@ def background_run(
             context.inputs = cls.__py_reactor_contract__.validate(
                 context.inputs, reactor=cls.__py_reactor_name__
             )
-        except ReactorError:
-            return execute(cls, context)  # the same failure outcome a run in place gives
+        except ReactorError:  # the same failure outcome a run in place gives
+            return execute(cls, context, units=StoreUnits(transport))
         _take_ordered_position(cls, context)
         context.status = Status.PENDING
-        outcome: Outcome = DispatchedResult(context)
+        outcome: Outcome = DispatchedResult(context, waiter=finish)
     else:
-        outcome = execute(cls, context, handoff=handoff)
+        outcome = execute(cls, context, handoff=handoff, units=StoreUnits(transport))
     if isinstance(outcome, PausedResult):  # at an interrupt before the hand-off: stored paused
-        from py_reactor.workers.interrupts import store_pause
-
-        store_pause(outcome)
+        store_pause(outcome, transport=transport)
     if isinstance(outcome, DispatchedResult):
         try:
-            dispatch(cls, context)
+            dispatch(cls, context, transport)
         except ReactorError as exc:  # nothing was enqueued; what it holds lapses by its ttl
             return _run_failure(context, exc, cls.__py_reactor_name__, inputs=context.inputs)
     return outcome
@@ -132,8 +105,6 @@ def _take_ordered_position(cls: type[Reactor], context: Context) -> None:
     declared = cls.coordination.get("ordered_lock")
     if declared is None:
         return
-    from py_reactor.coordination.scope import Scope
-
     scope = Scope(
         {"ordered_lock": declared},
         context.inputs,
@@ -147,53 +118,10 @@ def _take_ordered_position(cls: type[Reactor], context: Context) -> None:
     scope.detach()
 
 
-def dispatch(cls: type[Reactor], context: Context) -> None:
-    """Store the execution (before anything is enqueued) and make it due now: the thread
-    worker picks it up, or (``worker="celery"``) a job is sent for it.
-
-    Raises:
-        SerializationError: an input or result is not JSON-representable.
-        StoreUnavailableError: the store cannot be reached.
-        DispatchError: ``worker="celery"`` cannot be used here (no ``redis_url``, or Celery is
-            not installed), or a ``__main__`` reactor is sent to Celery.
-    """
-    dispatching(context)  # middleware may store data with it (the OpenTelemetry trace context)
-    config = get_config()
-    if config.worker == "celery":
-        try:
-            from py_reactor.workers import celery
-        except ImportError as exc:
-            raise DispatchError(
-                f"{cls.__qualname__} cannot be sent to Celery: configure(worker='celery') needs "
-                f'Celery installed (pip install "py_reactor[celery]"); importing it failed: {exc}'
-            ) from exc
-
-        celery.check_can_send(cls)
-        text = dumps_context(context)
-        created = _executions().create(
-            context.execution_id, class_path(cls), text, "pending",
-            sent_by_caller=config.celery_resend_after, queue=config.celery_queue,
-        )  # fmt: skip
-        if created:  # else it was dispatched before (an async unit's id is derived, not random)
-            celery.send(context.execution_id, 0, priority=celery.NEW_WORK_PRIORITY)
-        return
-    executions = _executions()
-    pinned = this_script() if cls.__module__ == "__main__" else ""
-    executions.create(
-        context.execution_id, class_path(cls), dumps_context(context), "pending", pinned=pinned
-    )
-    from py_reactor.workers import ensure_worker
-
-    ensure_worker()
-
-
 def recovery_pass(executions: ExecutionStore) -> tuple[list[str], list[str]]:
     """One pass of the recovery loop, for any worker: ``(ids due now, ids whose runner's lease
     lapsed)``; the lapsed ones are due again and reported (``ExecutionRecovered``, a log line).
     """
-    from py_reactor.observability import events as ev
-    from py_reactor.observability.middleware import emit
-
     due, lapsed = executions.due()
     for execution_id in lapsed:
         middleware = get_config().middleware
@@ -206,7 +134,12 @@ def recovery_pass(executions: ExecutionStore) -> tuple[list[str], list[str]]:
 
 
 def run_execution(
-    execution_id: str, name: str, on_claim: Any = None, *, sent_at_epoch: int | None = None
+    execution_id: str,
+    name: str,
+    on_claim: Any = None,
+    *,
+    transport: Transport,
+    sent_at_epoch: int | None = None,
 ) -> str:
     """Claim and run one execution until it ends or parks; what became of it.
 
@@ -215,11 +148,11 @@ def run_execution(
     carries; a job sent before somebody else claimed the execution runs nothing (``"stale"``).
     Never raises for the execution's own problems.
     """
-    executions = _executions()
+    executions = stored_executions()
     config = get_config()
     ahead = executions.load(execution_id)
-    foreign = None if ahead is None else _foreign(ahead.pinned)
-    if foreign == "alive":
+    elsewhere = None if ahead is None else foreign(ahead.pinned)
+    if elsewhere == "alive":
         return "another script's"  # a __main__ reactor: only its own script can run it
     if sent_at_epoch is None:
         epoch = executions.claim(execution_id, name, config.execution_lease)
@@ -235,9 +168,9 @@ def run_execution(
     try:
         if stored.problem is not None:
             raise SerializationError(f"its stored record cannot be read: {stored.problem}")
-        if foreign:  # its script is gone; a same-named class here is not the one it meant
+        if elsewhere:  # its script is gone; a same-named class here is not the one it meant
             raise LookupError(f"reactor {stored.reactor} belongs to another script")
-        cls, context = _revive(stored)
+        cls, context = revive(stored)
     except Exception as exc:
         _unreadable(executions, stored, epoch, exc)
         return "failed"
@@ -259,12 +192,12 @@ def run_execution(
         on_claim(execution_id, epoch)
     try:
         with worker_run(context):  # middleware sees the run start and end (trace context, wake)
-            outcome = execute(cls, context, worker=mode)
+            outcome = execute(cls, context, worker=mode, units=StoreUnits(transport))
     except StaleExecution:
         logger.warning("py_reactor: execution %s was claimed by another runner", execution_id)
         return "stale"
     except BaseException as exc:  # SystemExit, KeyboardInterrupt in a step: no rollback ran
-        _settle(executions, execution_id, epoch, context, _aborted(cls, context, exc))
+        _settle(executions, execution_id, epoch, context, aborted_outcome(cls, context, exc))
         raise
     except SerializationError as exc:
         outcome = _run_failure(context, exc, cls.__py_reactor_name__)
@@ -284,8 +217,6 @@ def _settle(
         text = dumps_context(Context(reactor=context.reactor, inputs={}, execution_id=execution_id))
         outcome = _run_failure(context, exc, context.reactor)
     if isinstance(outcome, PausedResult):  # at an interrupt: until a resume, or its timeout
-        from py_reactor.workers.interrupts import store_pause
-
         written = store_pause(outcome, epoch=epoch, executions=executions)
         return "paused" if written else "stale"
     if isinstance(outcome, ParkedResult):
@@ -313,7 +244,7 @@ def _settle(
     return status if written else "stale"
 
 
-def _aborted(cls: type[Reactor], context: Context, exc: BaseException) -> FailureResult:
+def aborted_outcome(cls: type[Reactor], context: Context, exc: BaseException) -> FailureResult:
     """The outcome stored for a run interrupted in a worker (no rollback ran: undo it later)."""
     return _run_failure(
         context, exc, cls.__py_reactor_name__, inputs=context.inputs, status=Status.ABORTED
@@ -342,12 +273,11 @@ def _run_failure(
 
 
 def _until(delay: float | None) -> float:
-    import time
 
     return time.time() + (delay or 0)
 
 
-def _revive(stored: StoredExecution) -> tuple[type[Reactor], Context]:
+def revive(stored: StoredExecution) -> tuple[type[Reactor], Context]:
     """The reactor class and context of a stored execution.
 
     Raises:

@@ -18,16 +18,22 @@ import time
 from typing import Any
 
 from py_reactor.config import get_config
-from py_reactor.engine._run import Run
 from py_reactor.engine.compensation import undo_completed
 from py_reactor.engine.context import Context, Status, running
+from py_reactor.engine.executor import run_reactor
+from py_reactor.engine.interrupt import PAUSED_AT, PAUSES
 from py_reactor.engine.release import release_ledger
 from py_reactor.engine.results import CancelledResult, Outcome
+from py_reactor.engine.run import Run
 from py_reactor.engine.serializer import dumps_context
 from py_reactor.errors import ExecutionStateError, ReactorError
+from py_reactor.runtime.drive import background_run, revive
+from py_reactor.runtime.execution import Execution, outcome_to_dict, snapshot
+from py_reactor.runtime.transport import Transport
+from py_reactor.runtime.units import StoreUnits
+from py_reactor.storage import executions as stored_executions
+from py_reactor.storage import keys
 from py_reactor.storage.executions import ExecutionStore, StoredExecution
-from py_reactor.workers.dispatch import _revive, background_run
-from py_reactor.workers.execution import Execution, outcome_to_dict, snapshot
 
 __all__ = ["cancel", "retry", "undo"]
 
@@ -50,7 +56,7 @@ def cancel(execution_id: str, reason: str | None = None) -> Execution:
     """
     executions, stored = _load(execution_id)
     try:
-        cls, context = _revive(stored)
+        cls, context = revive(stored)
     except (LookupError, ReactorError):  # cancelled all the same; its holds lapse by their ttl
         cls, context = None, Context(reactor=stored.reactor, inputs={}, execution_id=stored.id)
     epoch = _take(
@@ -78,7 +84,7 @@ def undo(execution_id: str) -> Execution:
         LookupError: its reactor class cannot be imported here.
     """
     executions, stored = _load(execution_id)
-    cls, context = _revive(stored)  # before taking it: a class that is gone changes nothing
+    cls, context = revive(stored)  # before taking it: a class that is gone changes nothing
     epoch = _take(
         executions, stored, "rolling_back", UNDOABLE, "undone", correlation=_index(context)
     )
@@ -94,7 +100,7 @@ def undo(execution_id: str) -> Execution:
     return _found(executions, stored.id)
 
 
-def retry(execution_id: str) -> Outcome:
+def retry(execution_id: str, transport: Transport) -> Outcome:
     """Start a new run of ``execution_id``'s reactor with its inputs; the new run's outcome
     (a ``DispatchedResult`` for a ``@background`` reactor). The new context's
     ``private["retry_of"]`` and the old record's ``retried_by`` link the two.
@@ -106,23 +112,19 @@ def retry(execution_id: str) -> Outcome:
     executions, stored = _load(execution_id)
     if stored.status not in RETRYABLE:
         raise _refusal(stored, "retried", RETRYABLE)
-    cls, context = _revive(stored)
+    cls, context = revive(stored)
     link = {"retry_of": stored.id}
     handoff = getattr(cls, "__py_reactor_handoff__", None)
     if handoff:
-        outcome = background_run(cls, context.inputs, handoff, private=link)
-    else:
-        from py_reactor.engine.executor import run_reactor
-
-        outcome = run_reactor(cls, context.inputs, private=link)  # a pause is stored there
+        outcome = background_run(cls, context.inputs, handoff, transport=transport, private=link)
+    else:  # a pause is stored there
+        outcome = run_reactor(cls, context.inputs, units=StoreUnits(transport), private=link)
     executions.annotate(stored.id, retried_by=outcome.execution_id)
     return outcome
 
 
 def _load(execution_id: str) -> tuple[ExecutionStore, StoredExecution]:
-    from py_reactor.storage import current_store
-
-    executions = ExecutionStore(current_store())
+    executions = stored_executions()
     stored = executions.load(execution_id)
     if stored is None:
         raise LookupError(f"no execution {execution_id!r} is stored")
@@ -148,9 +150,6 @@ def _take(
 
 def _index(context: Context) -> str:
     """The correlation id key a run paused at an interrupt holds ("" when none)."""
-    from py_reactor.engine._interrupt import PAUSED_AT, PAUSES
-    from py_reactor.storage import keys
-
     info = (context.private.get(PAUSES) or {}).get(context.private.get(PAUSED_AT) or "") or {}
     correlation = info.get("correlation_id")
     return "" if correlation is None else keys.correlation(context.reactor, str(correlation))

@@ -18,8 +18,7 @@ from typing import Any
 
 from py_reactor.dsl.interrupt import options_of
 from py_reactor.dsl.reactor import StepPlan
-from py_reactor.engine._run import Paused, Run, StepFailure, error_text
-from py_reactor.engine.handoff import unit_backend
+from py_reactor.engine.run import Paused, Run, StepFailure, error_text
 from py_reactor.errors import InterruptError, InterruptTimeoutError
 from py_reactor.observability import events as ev
 
@@ -68,7 +67,7 @@ def reach_interrupt(run: Run, plan: StepPlan) -> Any:
         if timeout is not None:
             deadline = started + timeout
         if correlation is not None:
-            other = unit_backend().reserve(root.reactor, correlation, root.execution_id, deadline)
+            other = run.units.reserve(root.reactor, correlation, root.execution_id, deadline)
             if other is not None:
                 error = InterruptError(
                     f"reactor {run.reactor_name}, step {name!r}: the correlation id "

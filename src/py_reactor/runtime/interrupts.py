@@ -21,69 +21,26 @@ from typing import Any
 
 import pydantic
 
-from py_reactor.config import get_config
 from py_reactor.dsl.declaration import StepDeclaration, StepKind
 from py_reactor.dsl.interrupt import options_of
 from py_reactor.dsl.reactor import Reactor
 from py_reactor.dsl.registry import class_path
-from py_reactor.engine._interrupt import PAUSED_AT, PAUSES, RESUMED
 from py_reactor.engine.context import Context
+from py_reactor.engine.executor import execute
+from py_reactor.engine.interrupt import PAUSED_AT, PAUSES, RESUMED
 from py_reactor.engine.results import DispatchedResult, Outcome, PausedResult
 from py_reactor.engine.serializer import dumps_context
 from py_reactor.errors import InputValidationError, ResumeError
+from py_reactor.runtime.drive import aborted_outcome, revive
+from py_reactor.runtime.execution import finish, outcome_to_dict
+from py_reactor.runtime.pauses import store_pause
+from py_reactor.runtime.transport import Transport
+from py_reactor.runtime.units import StoreUnits
+from py_reactor.storage import executions as stored_executions
 from py_reactor.storage import keys
 from py_reactor.storage.executions import ExecutionStore, StoredExecution
-from py_reactor.workers.execution import outcome_to_dict
 
-__all__ = ["resume", "store_pause"]
-
-#: ``waiting_on["primitive"]`` of a paused run (its ``key`` is the correlation id).
-INTERRUPT = "interrupt"
-
-
-def _executions() -> ExecutionStore:
-    from py_reactor.storage import current_store
-
-    return ExecutionStore(current_store())
-
-
-def store_pause(
-    paused: PausedResult, *, epoch: int | None = None, executions: ExecutionStore | None = None
-) -> bool:
-    """Store the run ``paused`` stopped: created now (``epoch`` None: it ran in the caller) or
-    written under its runner's ``epoch``. False when nothing was written (a stale runner).
-
-    A pause with a timeout needs a worker's recovery loop to fail it in time: in the caller,
-    this process's thread worker is started (``worker="threads"``).
-    """
-    from py_reactor.workers.dispatch import this_script
-
-    executions = executions or _executions()
-    context = paused.context
-    deadline = paused.deadline
-    waiting_on = {
-        "step": paused.step_name,
-        "primitive": INTERRUPT,
-        "key": paused.correlation_id,
-        "attempt": 0,
-        "until": deadline,
-    }
-    config = get_config()
-    written = executions.pause(
-        context.execution_id,
-        epoch,
-        context.reactor,
-        dumps_context(context),
-        waiting_on=waiting_on,
-        timeout_in=None if deadline is None else max(0.0, deadline - time.time()),
-        queue=config.celery_queue if config.worker == "celery" else "",
-        pinned=this_script() if context.reactor.startswith("__main__:") else "",
-    )
-    if written and deadline is not None and epoch is None:
-        from py_reactor.workers import ensure_worker
-
-        ensure_worker()
-    return written
+__all__ = ["resume"]
 
 
 def resume(
@@ -93,6 +50,7 @@ def resume(
     correlation_id: str | None = None,
     reactor: type[Reactor] | None = None,
     mode: str | None = None,
+    transport: Transport,
 ) -> Outcome:
     """Resume the run paused at an interrupt, with ``payload``.
 
@@ -117,7 +75,7 @@ def resume(
             "resume() takes the execution id (resume(execution_id, payload)) or a correlation "
             "id (resume(correlation_id=..., payload=...)), one of the two"
         )
-    executions = _executions()
+    executions = stored_executions()
     name = "" if reactor is None else reactor.__qualname__
     if execution_id is None:
         if reactor is None:
@@ -133,9 +91,7 @@ def resume(
                 reactor=name,
             )
     stored = _paused(executions, execution_id, reactor)
-    from py_reactor.workers.dispatch import _revive
-
-    cls, context = _revive(stored)
+    cls, context = revive(stored)
     path = str(context.private.get(PAUSED_AT) or (stored.waiting_on or {}).get("step") or "")
     decl = _interrupt_at(cls, path)
     value = _validated(decl, payload, cls, path)
@@ -143,9 +99,7 @@ def resume(
     deadline = info.get("deadline")
     if deadline is not None and time.time() >= float(deadline):
         executions.due_now(stored.id)  # its timeout lapsed: a worker fails the step now
-        from py_reactor.workers import ensure_worker
-
-        ensure_worker()
+        transport.serve_here()
         raise _refusal(stored, "timed out: its interrupt step fails (a worker is on it)")
     where = mode or options_of(decl).resume
     status = "running" if where == "inline" else "pending"
@@ -160,24 +114,23 @@ def resume(
         if not executions.checkpoint(stored.id, epoch, dumps_context(context), "pending"):
             raise _refusal(stored, "taken by another resume meanwhile")
         executions.due_now(stored.id)
-        from py_reactor.workers import ensure_worker
-
-        ensure_worker()
-        return DispatchedResult(context)
-    return _run_here(executions, cls, context, epoch)
+        transport.serve_here()
+        return DispatchedResult(context, waiter=finish)
+    return _run_here(executions, cls, context, epoch, transport)
 
 
 def _run_here(
-    executions: ExecutionStore, cls: type[Reactor], context: Context, epoch: int
+    executions: ExecutionStore,
+    cls: type[Reactor],
+    context: Context,
+    epoch: int,
+    transport: Transport,
 ) -> Outcome:
     """Run the resumed execution on in this process, and store how it ended (or paused)."""
-    from py_reactor.engine.executor import execute
-    from py_reactor.workers.dispatch import _aborted
-
     try:
-        outcome = execute(cls, context)
+        outcome = execute(cls, context, units=StoreUnits(transport))
     except BaseException as exc:  # Ctrl-C in a step: stored aborted (undo it later), re-raised
-        aborted = _aborted(cls, context, exc)
+        aborted = aborted_outcome(cls, context, exc)
         executions.checkpoint(
             context.execution_id, epoch, dumps_context(context), "aborted",
             outcome=outcome_to_dict(aborted),

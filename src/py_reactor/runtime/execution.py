@@ -12,7 +12,9 @@ import importlib
 import json
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+from pydantic_core import to_jsonable_python
 
 from py_reactor.engine.context import Context
 from py_reactor.engine.results import (
@@ -24,9 +26,8 @@ from py_reactor.engine.results import (
 )
 from py_reactor.engine.serializer import loads_context
 from py_reactor.errors import SerializationError
-
-if TYPE_CHECKING:  # importing storage loads redis: only when a function here runs
-    from py_reactor.storage.executions import ExecutionStore, StoredExecution
+from py_reactor.storage import executions as stored_executions
+from py_reactor.storage.executions import ExecutionStore, StoredExecution
 
 __all__ = [
     "TERMINAL",
@@ -78,7 +79,7 @@ class Execution:
 
 def find(execution_id: str) -> Execution | None:
     """The stored execution ``execution_id``, or None if the store does not know it."""
-    stored = _executions().load(execution_id)
+    stored = stored_executions().load(execution_id)
     return None if stored is None else snapshot(stored)
 
 
@@ -115,7 +116,7 @@ def wait(execution_id: str, *, timeout: float | None = None) -> Outcome:
     """
     deadline = None if timeout is None else time.monotonic() + timeout
     pause = 0.005
-    executions = _executions()
+    executions = stored_executions()
     while True:
         stored, outcome = _ended(executions, execution_id)
         if outcome is not None:
@@ -129,13 +130,18 @@ def wait(execution_id: str, *, timeout: float | None = None) -> Outcome:
         pause = min(pause * 2, 0.05)
 
 
+def finish(execution_id: str, timeout: float | None) -> Outcome:
+    """:func:`wait`, as the ``wait()`` of a dispatched or paused outcome calls it."""
+    return wait(execution_id, timeout=timeout)
+
+
 def ended(execution_id: str) -> Outcome | None:
     """The outcome of ``execution_id`` if it has ended (rebuilt from the store), else None.
 
     Raises:
         LookupError: the store does not know ``execution_id``.
     """
-    return _ended(_executions(), execution_id)[1]
+    return _ended(stored_executions(), execution_id)[1]
 
 
 def _ended(executions: ExecutionStore, execution_id: str) -> tuple[StoredExecution, Outcome | None]:
@@ -243,8 +249,6 @@ def _error(exception_class: str | None, message: str) -> Any:
 
 
 def _jsonable(value: Any) -> Any:
-    from pydantic_core import to_jsonable_python
-
     return json.loads(json.dumps(to_jsonable_python(value, fallback=repr)))
 
 
@@ -253,10 +257,3 @@ def _context(stored: StoredExecution) -> Context | None:
         return loads_context(stored.context)
     except SerializationError:
         return None
-
-
-def _executions() -> ExecutionStore:
-    from py_reactor.storage import current_store
-    from py_reactor.storage.executions import ExecutionStore
-
-    return ExecutionStore(current_store())

@@ -13,6 +13,7 @@ import os
 import threading
 
 from py_reactor.config import get_config
+from py_reactor.storage import executions as stored_executions
 
 __all__ = ["track"]
 
@@ -38,8 +39,6 @@ class _Keeper:
                 threading.Thread(target=self._loop, name="py_reactor-leases", daemon=True).start()
 
     def _loop(self) -> None:
-        from py_reactor.workers.dispatch import _executions
-
         pid = os.getpid()
         while pid == os.getpid():
             lease = get_config().execution_lease
@@ -49,7 +48,7 @@ class _Keeper:
             if not running:
                 continue
             try:
-                executions = _executions()
+                executions = stored_executions()
                 for execution_id, epoch in running:
                     executions.renew(execution_id, epoch, lease)
             except Exception as exc:  # the store is down: the next turn tries again

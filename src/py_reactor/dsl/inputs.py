@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -56,7 +57,6 @@ class Inputs(Mapping[str, Any]):
         return Inputs(self._values)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Inputs:
-        import copy
 
         return Inputs(copy.deepcopy(self._values, memo))
 

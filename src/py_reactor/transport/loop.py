@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 
 from py_reactor.errors import StoreUnavailableError
+from py_reactor.storage import executions as stored_executions
 
 __all__ = ["SWEEP_EVERY", "serve"]
 
@@ -33,13 +34,13 @@ def serve(
 
     A store that goes away is said once (and once when it is back), not at every turn.
     """
-    from py_reactor.workers.dispatch import _executions
-
     last = 0.0
     down = False
     while not stopped.is_set():
         try:
-            ready = _executions().next_ready(SWEEP_EVERY)  # the configured store: it may change
+            ready = stored_executions().next_ready(
+                SWEEP_EVERY
+            )  # the configured store: it may change
             if ready is not None:
                 on_ready(ready)
             now = time.monotonic()

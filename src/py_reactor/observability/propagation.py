@@ -24,8 +24,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from py_reactor.config import get_config
+
 if TYPE_CHECKING:
     from py_reactor.engine.context import Context
+
+#: ``context.private`` of an async unit: ``{"reactor": module:qualname, "step", "execution"}``
+#: of the run that dispatched it (its dispatch span belongs to that run's trace).
+UNIT_OF = "unit_of"
 
 __all__ = ["HandoffHooks", "Wake", "dispatching", "qualname_of", "wake_of", "worker_run"]
 
@@ -96,8 +102,6 @@ def qualname_of(reactor_path: str) -> str:
 
 
 def _hooks() -> list[HandoffHooks]:
-    from py_reactor.config import get_config
-
     return [mw for mw in get_config().middleware if isinstance(mw, HandoffHooks)]
 
 

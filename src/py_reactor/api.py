@@ -1,0 +1,189 @@
+"""Where the verbs land: run, resume, cancel, undo, retry, find, wait, invoke.
+
+``dsl`` declares workflows and runs nothing; ``Reactor`` and ``Step`` here are the declaring
+classes plus the verbs, each of which picks the transport ``configure(worker=...)`` names and
+hands it to the runtime. This is the one place that wires the layers together.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from py_reactor.dsl.declaration import StepDeclaration
+from py_reactor.dsl.reactor import Reactor as DeclaredReactor
+from py_reactor.dsl.step import Step as DeclaredStep
+from py_reactor.dsl.step import declare_class_step
+from py_reactor.engine.context import running_context
+from py_reactor.engine.executor import run_reactor
+from py_reactor.engine.invoke import invoke_declaration
+from py_reactor.engine.results import Outcome
+from py_reactor.runtime import interrupts, operations
+from py_reactor.runtime.drive import background_run
+from py_reactor.runtime.execution import Execution
+from py_reactor.runtime.execution import find as find_stored
+from py_reactor.runtime.execution import wait as wait_stored
+from py_reactor.runtime.units import StoreUnits
+from py_reactor.transport import current
+
+__all__ = ["Reactor", "Step", "cancel", "find", "resume", "retry", "run", "undo", "wait"]
+
+
+def run(cls: type[DeclaredReactor], inputs: Mapping[str, Any]) -> Outcome:
+    """Run ``cls`` with ``inputs``: here, or up to its ``@background`` hand-off and then in a
+    worker. A run started inside a step body is part of that execution and runs in place."""
+    transport = current()
+    handoff = getattr(cls, "__py_reactor_handoff__", None)
+    if handoff and running_context() is None:  # nested in a step: it runs in place
+        return background_run(cls, inputs, handoff, transport=transport)
+    return run_reactor(cls, inputs, units=StoreUnits(transport))
+
+
+def resume(
+    execution_id: str | None = None,
+    payload: Any = None,
+    *,
+    correlation_id: str | None = None,
+    reactor: type[DeclaredReactor] | None = None,
+    mode: str | None = None,
+) -> Outcome:
+    """Resume a run paused at an interrupt with ``payload`` (``runtime.interrupts.resume``)."""
+    return interrupts.resume(
+        execution_id,
+        payload,
+        correlation_id=correlation_id,
+        reactor=reactor,
+        mode=mode,
+        transport=current(),
+    )
+
+
+def find(execution_id: str) -> Execution | None:
+    """The stored execution ``execution_id``, or None if the store does not know it."""
+    return find_stored(execution_id)
+
+
+def wait(execution_id: str, *, timeout: float | None = None) -> Outcome:
+    """Block until ``execution_id`` ends; its outcome, rebuilt from the store.
+
+    Raises:
+        TimeoutError: it did not end within ``timeout`` seconds.
+        LookupError: the store does not know ``execution_id``.
+    """
+    return wait_stored(execution_id, timeout=timeout)
+
+
+def cancel(execution_id: str, reason: str | None = None) -> Execution:
+    """Stop a stored run that waits, or failed, without rollback (``runtime.operations``)."""
+    return operations.cancel(execution_id, reason)
+
+
+def undo(execution_id: str) -> Execution:
+    """Roll a stored run that is not running back, then cancel it (``runtime.operations``)."""
+    return operations.undo(execution_id)
+
+
+def retry(execution_id: str) -> Outcome:
+    """Start a new run with the inputs of an ended one, linked to it (``runtime.operations``)."""
+    return operations.retry(execution_id, current())
+
+
+class Reactor(DeclaredReactor, verbs=True):
+    """A workflow: subclass it, annotate inputs, bind steps, name what it ``returns``.
+
+    ``MyReactor.run(**inputs)`` validates the inputs, runs the steps in dependency order and
+    returns an outcome; when a step fails, completed steps are rolled back newest first.
+    """
+
+    @classmethod
+    def run(cls, /, **inputs: Any) -> Outcome:
+        """Run this reactor and return its outcome.
+
+        Synchronously in this process; a ``@background`` reactor runs the steps before its
+        hand-off here and returns a ``DispatchedResult`` (``.wait()`` for the end). Never
+        raises for a failing step or bad inputs: both come back as a failure outcome.
+        ``KeyboardInterrupt`` and ``SystemExit`` propagate without running rollback.
+        """
+        return run(cls, inputs)
+
+    @classmethod
+    def resume(
+        cls,
+        execution_id: str | None = None,
+        payload: Any = None,
+        *,
+        correlation_id: str | None = None,
+    ) -> Outcome:
+        """Resume this reactor's run paused at an interrupt with ``payload`` (validated by the
+        interrupt's model), found by ``execution_id`` or by ``correlation_id``. The outcome of
+        the rest of the run (``resume="inline"``), or a ``DispatchedResult``
+        (``resume="background"``).
+
+        Raises:
+            ResumeError: no such paused run (a second resume included).
+            InputValidationError: a bad payload; the run stays paused.
+        """
+        return resume(execution_id, payload, correlation_id=correlation_id, reactor=cls)
+
+    @classmethod
+    def find(cls, execution_id: str) -> Execution | None:
+        """The stored execution ``execution_id`` (an ``Execution``), or None."""
+        return find(execution_id)
+
+    @classmethod
+    def cancel(cls, execution_id: str, reason: str | None = None) -> Execution:
+        """Stop the stored run ``execution_id`` (waiting, pending, failed or aborted) with no
+        rollback; what it holds is given back. Its ``Execution``, now ``"cancelled"``.
+
+        Raises:
+            ExecutionStateError: it is running or has ended well; LookupError: unknown id.
+        """
+        return cancel(execution_id, reason)
+
+    @classmethod
+    def undo(cls, execution_id: str) -> Execution:
+        """Roll the stored run ``execution_id`` back, newest step first, then mark it
+        ``"cancelled"``. Its ``Execution``; what could not be undone is in
+        ``.outcome.rollback_failures``.
+
+        Raises:
+            ExecutionStateError: it is running; LookupError: unknown id.
+        """
+        return undo(execution_id)
+
+    @classmethod
+    def retry(cls, execution_id: str) -> Outcome:
+        """Start a new run with the inputs of the ended run ``execution_id``, linked to it
+        (``find(new).retry_of``); the new run's outcome.
+
+        Raises:
+            ExecutionStateError: it has not ended; LookupError: unknown id.
+        """
+        return retry(execution_id)
+
+    @classmethod
+    def invoke_step(
+        cls, declaration: StepDeclaration, args: Mapping[str, Any] | None, *, context: Any = None
+    ) -> Outcome:
+        """Run one of this reactor's inline steps alone (``MyReactor.step.invoke(args)``)."""
+        return invoke_declaration(declaration, args, context=context)
+
+
+class Step(DeclaredStep, verbs=True):
+    """A unit of work with an input contract.
+
+    Subclass it, annotate its inputs (validated by pydantic before anything runs), and define
+    ``run``; optionally ``guard`` (a precondition checked after validation, before ``run``),
+    ``compensate(error)`` (this step failed after its work started) and ``undo(result)`` (this
+    step succeeded and a later one failed). Each returns a signal (``Success``, ``Failure``,
+    ``Halt``, ``Skipped``) or a plain value, or raises.
+    """
+
+    @classmethod
+    def invoke(cls, args: Mapping[str, Any] | None = None, *, context: Any = None) -> Outcome:
+        """Validate ``args`` against the contract and run this step alone.
+
+        Returns the same outcome object a reactor run returns; contention and validation
+        problems are reported on it, not raised. A direct invocation never retries.
+        """
+        return invoke_declaration(declare_class_step(cls), args, context=context)
