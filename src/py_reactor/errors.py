@@ -241,7 +241,24 @@ class RateLimitExceededError(CoordinationError):
 
 
 class OrderedLockWaitError(CoordinationError):
-    """An ordered-lock position's turn did not come within ``wait``."""
+    """An ordered-lock position's turn did not come within ``wait``.
+
+    ``stale`` is True when it never will: the position is no longer in the sequence (skipped
+    as a poison pill, abandoned or released, or its batch ended); take a new one.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        stale: bool = False,
+        primitive: str | None = None,
+        key: str | None = None,
+        reactor: str | None = None,
+        step: str | None = None,
+    ):
+        super().__init__(message, primitive=primitive, key=key, reactor=reactor, step=step)
+        self.stale = stale
 
 
 class CoordinationKeyError(CoordinationError):

@@ -193,6 +193,48 @@ class OrderedReactor(Reactor):
     returns = "note"
 
 
+#: poison_pill_timeout of the stale-position reactors; their retry backoff (4 s) outlasts it.
+STALE_POISON = 1.0
+
+
+@background
+class OrderedRetry(Reactor):
+    """``ordered`` (a step-level ordered lock) fails its first attempt and waits 4 s for its
+    retry, far past the poison-pill timeout; ``after`` follows it."""
+
+    key: str
+
+    @step
+    @with_ordered_lock(_sequence, poison_pill_timeout=STALE_POISON)
+    @retries(max_attempts=2, backoff="fixed", base_delay=4.0)
+    def ordered(key: str) -> str:
+        outcome = hook(key, "ordered")
+        return outcome if outcome is not None else "passed"
+
+    @step(wait_for=["ordered"])
+    def after(key: str) -> str:
+        hook(key, "after")
+        return "after"
+
+    returns = "after"
+
+
+@background
+@with_ordered_lock(_sequence, poison_pill_timeout=STALE_POISON)
+class OrderedReactorRetry(Reactor):
+    """A reactor-level ordered lock; ``attempt`` fails once and waits 4 s for its retry."""
+
+    key: str
+
+    @step
+    @retries(max_attempts=2, backoff="fixed", base_delay=4.0)
+    def attempt(key: str) -> str:
+        outcome = hook(key, "attempt")
+        return outcome if outcome is not None else "ok"
+
+    returns = "attempt"
+
+
 class Kid(Reactor):
     """A composed child: ``prepare``, then ``charge`` under the lock on ``key``."""
 

@@ -15,6 +15,8 @@ from typing import Any
 import pytest
 
 from py_reactor import (
+    Execution,
+    HaltedResult,
     Lock,
     Middleware,
     RateLimit,
@@ -358,6 +360,69 @@ def test_reactor_level_ordered_positions_follow_dispatch_order(key: str) -> None
     for out in outs:
         assert out.wait(timeout=20).is_success
     assert seen == ["0", "1", "2", "3", "4"]
+
+
+TERMINAL = ("completed", "failed", "halted", "aborted", "cancelled")
+
+
+def settled(execution_id: str, timeout: float) -> Execution:
+    """The stored execution once it reached a terminal status, or as it is at the deadline."""
+    deadline = time.monotonic() + timeout
+    while status(execution_id) not in TERMINAL and time.monotonic() < deadline:
+        time.sleep(0.01)
+    found = find(execution_id)
+    assert found is not None
+    return found
+
+
+def test_an_ordered_step_whose_position_lapsed_while_parked_is_skipped_not_parked_again(
+    key: str,
+) -> None:
+    """The first run parks for its retry (4 s) past poison_pill_timeout (1 s); the second run
+    skips the silent position, passes and ends the batch. Back in a worker, the first run's
+    ordered step is skipped (reason "ordered_lock_stale_batch") and the run goes on: it never
+    parks on the ordered lock (it used to park there every park_delay, for ever)."""
+    from py_reactor import OrderedLock
+
+    configure(park_delay=0.1, park_jitter=0.0)
+    tries: list[str] = []
+    r.HOOKS[key] = r.fail_first(tries)
+    first = r.OrderedRetry.run(key=key)
+    until(lambda: status(first.execution_id) == "waiting", "the retry's park")
+    second = r.OrderedRetry.run(key=key).wait(timeout=10)
+    assert second.is_success, second
+    assert OrderedLock(f"seq:{key}").state().drained  # the first run's batch has ended
+    found = settled(first.execution_id, timeout=10)
+    parks = [e for e in found.trace if e["type"] == "parked"]
+    assert (found.status, len(parks)) == ("completed", 0)
+    skips = [(e["step"], e["reason"]) for e in found.trace if e["type"] == "skipped"]
+    assert skips == [("ordered", "ordered_lock_stale_batch")]
+    assert tries == ["ordered", "ordered", "after", "after"]  # its retry never ran unordered
+    assert not found.holds
+
+
+def test_a_reactor_whose_ordered_position_lapsed_while_parked_halts_not_parked_again(
+    key: str,
+) -> None:
+    """The same at reactor level: the first run, back from its retry's park after its batch
+    ended, halts with reason "ordered_lock_stale_batch" and parks no more."""
+    from py_reactor import OrderedLock
+
+    configure(park_delay=0.1, park_jitter=0.0)
+    tries: list[str] = []
+    r.HOOKS[key] = r.fail_first(tries)
+    first = r.OrderedReactorRetry.run(key=key)
+    until(lambda: status(first.execution_id) == "waiting", "the retry's park")
+    second = r.OrderedReactorRetry.run(key=key).wait(timeout=10)
+    assert second.is_success, second
+    assert OrderedLock(f"seq:{key}").state().drained
+    found = settled(first.execution_id, timeout=10)
+    parks = [e for e in found.trace if e["type"] == "parked"]
+    assert (found.status, len(parks)) == ("halted", 0)
+    assert isinstance(found.outcome, HaltedResult)
+    assert found.outcome.reason == "ordered_lock_stale_batch"
+    assert tries == ["attempt", "attempt"]  # the first run's retry never ran
+    assert not found.holds
 
 
 def test_a_composed_child_parks_the_whole_execution_and_resumes_inside_the_child(

@@ -7,7 +7,8 @@ asks which primitive it is talking to. A gate turns its primitive's calls into t
   example before a park or in another process); ``record`` is what goes into the ledger.
 * ``Busy(error)``: contended after ``wait``; ``error`` is the typed error (with ``retry_after``
   for a rate limit). Waiting in-process and parking in a worker are two callers of this answer.
-* ``Skip(reason)``: the work must not run (period already done, strict ordered short-circuit).
+* ``Skip(reason)``: the work must not run (period already done, strict ordered short-circuit,
+  an ordered position that left the sequence while its run was away).
 
 Everything a gate takes is written as a :class:`~py_reactor.coordination.holds.HoldRecord`;
 the live hold object stays in this process's registry (``holds.live``) and is rebuilt from the
@@ -63,7 +64,8 @@ class Busy:
 
 @dataclass(frozen=True, slots=True)
 class Skip:
-    """The work must not run: ``reason`` is ``"period"`` or ``"ordered_lock"``.
+    """The work must not run: ``reason`` is ``"period"``, ``"ordered_lock"`` or
+    ``"ordered_lock_stale_batch"``.
 
     ``record``: what is still held and must be exited (a short-circuited ordered turn).
     """
@@ -73,6 +75,10 @@ class Skip:
 
 
 Answer = Entered | Busy | Skip
+
+#: The Skip reason of an ordered position that left the sequence while its run was away (parked
+#: past ``poison_pill_timeout`` and skipped, or its batch ended): its turn will never come.
+STALE_BATCH = "ordered_lock_stale_batch"
 
 
 class Gate:
@@ -311,6 +317,8 @@ class OrderedLockGate(Gate):
         try:
             turn = lock.wait_turn(position)
         except OrderedLockWaitError as exc:
+            if exc.stale:  # its turn will never come: waiting (or parking) on it would be forever
+                return Skip(STALE_BATCH)  # nothing to give back: the position is out of line
             return Busy(exc, record)
         except BaseException:  # interrupted, or the store failed: step out of the line
             with contextlib.suppress(Exception):

@@ -177,8 +177,8 @@ class OrderedLock(UsesStore):
 
         Raises:
             OrderedLockWaitError: the turn did not come within ``wait`` seconds (the position is
-                still taken: call ``wait_turn`` again, or ``abandon`` it), or it never will (the
-                position was skipped as a poison pill, or its epoch ended).
+                still taken: call ``wait_turn`` again, or ``abandon`` it), or it never will
+                (``stale``: the position was skipped as a poison pill, or its epoch ended).
             StoreUnavailableError: the store cannot be reached.
             CoordinationError: ``position`` belongs to another key.
         """
@@ -305,6 +305,7 @@ class OrderedLock(UsesStore):
             "is no longer in the sequence: it was skipped as a poison pill (no heartbeat for "
             f"{self.poison_pill_timeout:g} s), abandoned or released, or its epoch ended; its "
             "turn will never come. Take a new position",
+            stale=True,
             primitive=PRIMITIVE,
             key=self.key,
         )

@@ -66,6 +66,7 @@ class Admission(enum.Enum):
     PROCEED = "proceed"  # everything taken: run the work
     PERIOD_DONE = "period"  # already done in this period's bucket: do not run
     ORDERED_SHORT_CIRCUIT = "ordered_lock"  # strict ordered lock after an earlier failure
+    ORDERED_STALE_BATCH = "ordered_lock_stale_batch"  # the position left the sequence meanwhile
 
 
 def compute_key(decl: Declaration, values: Mapping[str, Any], where: str) -> str:

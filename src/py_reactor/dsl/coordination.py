@@ -234,7 +234,11 @@ def with_ordered_lock(
             or the step's arguments) returning the key.
         ttl: seconds the sequence's bookkeeping lives.
         poison_pill_timeout: seconds after which a position that stopped heartbeating (its
-            process died) is skipped so the ones behind it can go.
+            process died, its step or reactor was interrupted, or its run stayed parked on
+            something else) is skipped so the ones behind it can go. A run whose position was
+            skipped so, or whose batch ended meanwhile, does not wait for a turn that will
+            never come: the step is skipped, a reactor halts (reason
+            "ordered_lock_stale_batch").
         strict: after a failure, later positions of the same sequence stop without running
             (a reactor halts, a step is skipped; reason "ordered_lock") until the sequence
             drains.
@@ -529,8 +533,8 @@ def _call(
 
     Holds belong to the running execution (a helper called from a locked step re-enters its
     hold); outside one, the call is its own owner for its duration. A period already done in
-    its bucket, or a strict ordered lock short-circuited by an earlier failure, returns None
-    without calling ``fn``.
+    its bucket, or a strict ordered lock short-circuited by an earlier failure (or a position
+    that left the sequence), returns None without calling ``fn``.
 
     Raises:
         CoordinationError: contention after ``wait`` (LockAcquisitionError, ...), a full rate
