@@ -117,7 +117,8 @@ class StepGate:
             self._turn.exit(succeeded=not failed, failed=failed)
 
     def detach(self) -> None:
-        """The step parks: keep its ordered position, stop extending it in this process."""
+        """The step parks, or was left abnormally: keep its ordered position, stop extending
+        it in this process."""
         if self._turn is not None:
             self._turn.detach()
 

@@ -178,14 +178,20 @@ def _coordinated(cls: type[Reactor], run: Run) -> Outcome:
         run.emit(ev.ReactorHalted, None, reason=reason)
         return HaltedResult(context, reason=reason, step_name=None)
     outcome: Outcome | None = None
+    aborted = False
     try:
         outcome = _walk(cls, run)
         return outcome
+    except BaseException as exc:
+        aborted = not isinstance(exc, Exception)  # KeyboardInterrupt, SystemExit
+        raise
     finally:
         if isinstance(outcome, ParkedResult | DispatchedResult) or getattr(run, "stale", False):
             scope.detach()
         elif isinstance(outcome, PausedResult):  # a pause may last days: block nobody meanwhile
             scope.park()  # all but an ordered position; the resumed run takes them again
+        elif aborted:  # the ordered position stays in line for the poison pill or a recovery,
+            scope.park()  # never passed on as if the run had finished; the rest is given back
         else:
             status = context.status
             scope.exit(

@@ -139,17 +139,24 @@ def run_resolved(
             return parked
         return contended(run, name, values, exc, 0, started, unit, None, where)
     result: StepResult | None = None
+    aborted = False
     try:
         if admission is not Admission.PROCEED:
             result = _skip(run, name, values, Skipped(reason=admission.value), started, where)
         else:
             result = _attempts(run, name, values, unit, policy, gate, started, where)
         return result
+    except BaseException as exc:
+        aborted = not isinstance(exc, Exception)  # KeyboardInterrupt, SystemExit
+        raise
     finally:
         if isinstance(result, StepFailure) and result.holds is not None:
             pass  # the turn goes with the other holds, once rollback has compensated
-        elif isinstance(result, Parked):
-            gate.detach()  # a parked step keeps its ordered position for when it comes back
+        elif isinstance(result, Parked) or aborted:
+            # A parked step keeps its ordered position for when it comes back; an abnormal
+            # exit leaves it in line for the poison pill or a recovery, never passed on as if
+            # the work had finished.
+            gate.detach()
         else:
             gate.close(failed=result is None or isinstance(result, StepFailure))
 

@@ -504,3 +504,71 @@ def test_the_kept_lock_is_extended_for_the_compensate(key: str) -> None:
         assert first.result(10).status == "failed"
         assert second.result(10).status == "completed"
     assert LEDGER == ["a compensate start", "a compensate end", "b work"]
+
+
+# -- an abnormal exit inside an ordered turn leaves the position in line (issue 19, bug 4) ----
+
+#: The poison-pill timeout of the ``InLine`` reactors; positions heartbeat every third of it.
+IN_LINE_POISON = 1.5
+IN_LINE: list[str] = []
+
+
+@with_ordered_lock(lambda a: a["key"], poison_pill_timeout=IN_LINE_POISON, wait=10)
+class InLine(Step):
+    key: str
+    who: str
+
+    def run(self) -> Any:
+        IN_LINE.append(self.inputs.who)
+        if self.inputs.who == "interrupted":
+            raise KeyboardInterrupt
+        return self.inputs.who
+
+
+class InLineStep(Reactor):
+    """The ordered lock on the step."""
+
+    key: str
+    who: str
+    go = step(InLine)
+    returns = "go"
+
+
+@with_ordered_lock(lambda a: a["key"], poison_pill_timeout=IN_LINE_POISON, wait=10)
+class InLineReactor(Reactor):
+    """The ordered lock on the reactor."""
+
+    key: str
+    who: str
+
+    @step()
+    def go(key: str, who: str) -> str:
+        IN_LINE.append(who)
+        if who == "interrupted":
+            raise KeyboardInterrupt
+        return who
+
+    returns = "go"
+
+
+@pytest.mark.parametrize("flow", [InLineStep, InLineReactor], ids=["step", "reactor"])
+def test_an_interrupt_inside_an_ordered_turn_leaves_the_position_for_the_poison_pill(
+    flow: type[Reactor], key: str
+) -> None:
+    """Ctrl-C in the body does not pass the turn on (as done, or as failed): the position stays
+    in line, no longer heartbeating, and the next run gets its turn only once the poison pill
+    skips it, as for a killed runner; strict mode does not short-circuit it (no failure)."""
+    IN_LINE.clear()
+    with pytest.raises(KeyboardInterrupt):
+        flow.run(key=key, who="interrupted")
+    interrupted = time.monotonic()
+    left = OrderedLock(key).state()
+    assert (left.last_completed, left.in_flight, left.failed) == (0, 1, False)
+    after = flow.run(key=key, who="next")
+    waited = time.monotonic() - interrupted
+    assert after.status == "completed", after
+    assert after.value == "next"
+    # Its last heartbeat was at most a third of the timeout before the interrupt.
+    assert waited >= IN_LINE_POISON * 2 / 3 - 0.1
+    assert IN_LINE == ["interrupted", "next"]
+    assert OrderedLock(key).state().drained
