@@ -133,7 +133,8 @@ class Reactor(DeclaredReactor, verbs=True):
     @classmethod
     def cancel(cls, execution_id: str, reason: str | None = None) -> Execution:
         """Stop the stored run ``execution_id`` (waiting, pending, failed or aborted) with no
-        rollback; what it holds is given back. Its ``Execution``, now ``"cancelled"``.
+        rollback; what it holds is given back, its results kept (``undo`` may follow). Its
+        ``Execution``, now ``"cancelled"``.
 
         Raises:
             ExecutionStateError: it is running or has ended well; LookupError: unknown id.
@@ -142,12 +143,13 @@ class Reactor(DeclaredReactor, verbs=True):
 
     @classmethod
     def undo(cls, execution_id: str) -> Execution:
-        """Roll the stored run ``execution_id`` back, newest step first, then mark it
-        ``"cancelled"``. Its ``Execution``; what could not be undone is in
-        ``.outcome.rollback_failures``.
+        """Roll the stored run ``execution_id`` back (any status but running: pending,
+        waiting, paused, failed, aborted, cancelled, finished), newest step first, giving back
+        what it holds; then mark it ``"cancelled"``. Its ``Execution``; what could not be
+        undone is in ``.outcome.rollback_failures``.
 
         Raises:
-            ExecutionStateError: it is running; LookupError: unknown id.
+            ExecutionStateError: it is running, or was undone already; LookupError: unknown id.
         """
         return undo(execution_id)
 

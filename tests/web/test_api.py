@@ -467,6 +467,7 @@ def test_retry_and_undo_run_the_operations_and_link_the_runs(key: str) -> None:
     again = c.post(f"/api/executions/{done.execution_id}/undo", headers={"X-CSRF-Token": token})
     assert again.status_code == 409
     assert "cancelled" in again.json()["error"]
+    assert c.get(f"/api/executions/{done.execution_id}").json()["actions"] == ["retry"]
     unknown = c.post("/api/executions/no-such-id/cancel", headers={"X-CSRF-Token": token})
     assert unknown.status_code == 404
     nonsense = c.post(

@@ -63,3 +63,50 @@ class Three(Reactor):
 @background
 class BgThree(Three):
     pass
+
+
+class _Undoable(Reactor):
+    """Two steps with an undo each, then ``blocked``, which waits on ``<key>:step`` (and
+    raises SystemExit inside it when ``abort``)."""
+
+    key: str
+    abort: bool = False
+
+    @step
+    def a(key: str) -> str:
+        log(key, "a")
+        return "a"
+
+    @a.undo
+    def _undo_a(result: Any, key: str) -> None:
+        log(key, "undo a")
+
+    @step(x=Result("a"))
+    def b(key: str, x: str) -> str:
+        log(key, "b")
+        return "b"
+
+    @b.undo
+    def _undo_b(result: Any, key: str, **_: Any) -> None:
+        log(key, "undo b")
+
+    @step(x=Result("b"))
+    @with_lock(lambda a: f"{a['key']}:step", ttl=30)
+    def blocked(key: str, x: str, abort: bool) -> str:
+        log(key, "blocked ran")
+        if abort:
+            raise SystemExit(3)
+        return "ran"
+
+    returns = "blocked"
+
+
+@background
+@with_lock(lambda i: f"{i['key']}:reactor", ttl=30)
+class ParksAfterTwo(_Undoable):
+    """Holds ``<key>:reactor`` for the whole run, across its park at ``blocked``."""
+
+
+@background(after="a")
+class PendsAfterOne(_Undoable):
+    """``a`` runs in the caller; the rest is a worker's."""

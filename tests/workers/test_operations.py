@@ -71,17 +71,120 @@ def test_undo_rolls_a_finished_run_back_newest_first(key: str) -> None:
     assert undone.outcome.reason == "undone"
     assert undone.outcome.rollback_failures == []
     assert undone.results == {}
-    with pytest.raises(ExecutionStateError, match="stopped already"):
+    with pytest.raises(ExecutionStateError, match="undone already"):
         workers.undo(done.execution_id)
+    assert o.LOG[key] == ["a", "b", "c", "undo b", "undo a"]  # not rolled back twice
 
 
-def test_undo_refuses_a_waiting_run(key: str) -> None:
+def parked_on(execution_id: str) -> tuple[str, str] | None:
+    """``(primitive, key)`` the execution is parked on, or None."""
+    found = find(execution_id)
+    if found is None or found.status != "waiting" or found.waiting_on is None:
+        return None
+    return found.waiting_on["primitive"], found.waiting_on["key"]
+
+
+def test_undo_rolls_back_a_parked_run_and_wakes_who_waits_for_its_holds(key: str) -> None:
+    """A run parked on a busy lock with two completed steps, holding its reactor-level lock
+    across the park: undo runs both undos (newest first), gives the lock back, and the run
+    parked behind it on that lock is woken at once (its timer is 30 s away)."""
     with Lock(f"{key}:step", ttl=30, wait=0):
-        out = o.ParksAtStep.run(key=key)
-        until(lambda: status(out.execution_id) == "waiting", "the run parked")
-        with pytest.raises(ExecutionStateError, match="cancel it first"):
+        out = o.ParksAfterTwo.run(key=key)
+        until(lambda: parked_on(out.execution_id) == ("lock", f"{key}:step"), "the run parked")
+        behind = o.ParksAfterTwo.run(key=key)
+        until(
+            lambda: parked_on(behind.execution_id) == ("lock", f"{key}:reactor"),
+            "the second run parked on the first one's reactor lock",
+        )
+        assert o.LOG[key] == ["a", "b"]
+
+        undone = workers.undo(out.execution_id)
+
+        assert undone.status == "cancelled"
+        assert o.LOG[key][:4] == ["a", "b", "undo b", "undo a"]
+        assert undone.results == {}
+        assert undone.holds == []
+        assert isinstance(undone.outcome, CancelledResult)
+        assert undone.outcome.reason == "undone"
+        assert undone.outcome.rollback_failures == []
+        assert [e["type"] for e in undone.trace][-3:] == ["undo", "undo", "undone"]
+        until(
+            lambda: parked_on(behind.execution_id) == ("lock", f"{key}:step"),
+            "the run parked behind it woken by the release of its reactor lock",
+        )
+        assert o.LOG[key] == ["a", "b", "undo b", "undo a", "a", "b"]
+    outcome = behind.wait(timeout=10)
+    assert outcome.is_success, outcome
+    assert o.LOG[key] == ["a", "b", "undo b", "undo a", "a", "b", "blocked ran"]
+    assert status(out.execution_id) == "cancelled"  # the undone run never ran again
+
+
+def test_a_cancelled_run_keeps_its_results_and_can_be_undone_once(key: str) -> None:
+    with Lock(f"{key}:step", ttl=30, wait=0):
+        out = o.ParksAfterTwo.run(key=key)
+        until(lambda: parked_on(out.execution_id) == ("lock", f"{key}:step"), "the run parked")
+        cancelled = workers.cancel(out.execution_id, reason="stop")
+        assert cancelled.status == "cancelled"
+        assert cancelled.results == {"a": "a", "b": "b"}
+        assert cancelled.holds == []
+        assert o.LOG[key] == ["a", "b"]
+
+        undone = workers.undo(out.execution_id)
+
+        assert undone.status == "cancelled"
+        assert o.LOG[key] == ["a", "b", "undo b", "undo a"]
+        assert undone.results == {}
+        assert isinstance(undone.outcome, CancelledResult)
+        assert undone.outcome.reason == "undone"
+        assert [e["type"] for e in undone.trace][-4:] == ["cancelled", "undo", "undo", "undone"]
+        with pytest.raises(ExecutionStateError, match="undone already") as refused:
             workers.undo(out.execution_id)
-        workers.cancel(out.execution_id)
+        assert refused.value.status == "cancelled"
+        with pytest.raises(ExecutionStateError, match="stopped already"):
+            workers.cancel(out.execution_id)
+    assert o.LOG[key] == ["a", "b", "undo b", "undo a"]
+
+
+def test_undo_rolls_back_a_pending_run(key: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``a`` ran in the caller, no worker has taken the rest: undo undoes ``a``, and the run is
+    never taken by a worker afterwards."""
+    workers.stop(wait=True)
+    monkeypatch.setattr(workers, "ensure_worker", lambda: None)
+    out = o.PendsAfterOne.run(key=key)
+    assert status(out.execution_id) == "pending"
+    assert o.LOG[key] == ["a"]
+
+    undone = workers.undo(out.execution_id)
+
+    assert undone.status == "cancelled"
+    assert o.LOG[key] == ["a", "undo a"]
+    assert undone.results == {}
+    monkeypatch.undo()
+    due, _ = workers.sweep()  # starts a worker: it finds nothing of this run to take
+    assert out.execution_id not in due
+    assert status(out.execution_id) == "cancelled"
+    assert o.LOG[key] == ["a", "undo a"]
+
+
+def test_undo_of_a_failed_run_does_not_roll_back_twice(key: str) -> None:
+    failed = o.BgThree.run(key=key, fail=True).wait(timeout=10)
+    assert failed.status == "failed"
+    assert o.LOG[key] == ["a", "b", "c", "undo b", "undo a"]  # its own rollback
+    undone = workers.undo(failed.execution_id)
+    assert undone.status == "cancelled"
+    assert o.LOG[key] == ["a", "b", "c", "undo b", "undo a"]
+
+
+def test_undo_rolls_back_an_aborted_run_and_frees_its_keys(key: str) -> None:
+    out = o.ParksAfterTwo.run(key=key, abort=True)
+    until(lambda: status(out.execution_id) == "aborted", "the abort")
+    assert o.LOG[key] == ["a", "b", "blocked ran"]
+    undone = workers.undo(out.execution_id)
+    assert undone.status == "cancelled"
+    assert o.LOG[key] == ["a", "b", "blocked ran", "undo b", "undo a"]
+    assert undone.holds == []
+    for lock in (f"{key}:reactor", f"{key}:step"):
+        assert current_store().lock_state(lock).owner is None
 
 
 def test_retry_starts_a_linked_run_with_the_same_inputs(key: str) -> None:

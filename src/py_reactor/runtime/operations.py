@@ -5,10 +5,11 @@ refused while a runner's lease is live), so a worker never runs what an operator
 and a runner that claimed it before writes nothing more.
 
 * ``cancel``: stop a run that waits (parked, pending, paused) or has failed or been aborted,
-  with no rollback; what it still holds is given back; status ``"cancelled"``.
-* ``undo``: roll back a run that finished (completed, halted), was aborted, or is paused at an
-  interrupt, its completed steps undone newest first as a rollback does; then status
-  ``"cancelled"``.
+  with no rollback; what it still holds is given back; its results are kept (an undo may follow);
+  status ``"cancelled"``.
+* ``undo``: roll back any run that is not running (pending, parked, paused, failed, aborted,
+  cancelled, finished), its completed steps undone newest first as a rollback does, what it still
+  holds given back; then status ``"cancelled"``. A run is undone once.
 * ``retry``: a new run of the same reactor with the same inputs, linked to the old one.
 """
 
@@ -25,8 +26,8 @@ from py_reactor.engine.interrupt import PAUSED_AT, PAUSES
 from py_reactor.engine.release import release_ledger
 from py_reactor.engine.results import CancelledResult, Outcome
 from py_reactor.engine.run import Run
-from py_reactor.engine.serializer import dumps_context
-from py_reactor.errors import ExecutionStateError, ReactorError
+from py_reactor.engine.serializer import dumps_context, loads_context
+from py_reactor.errors import ExecutionStateError, ReactorError, SerializationError
 from py_reactor.runtime.drive import background_run, revive
 from py_reactor.runtime.execution import Execution, outcome_to_dict, snapshot
 from py_reactor.runtime.transport import Transport
@@ -39,15 +40,16 @@ __all__ = ["cancel", "retry", "undo"]
 
 #: What ``cancel`` accepts: a run not under way now, that has not ended well.
 CANCELLABLE = ("pending", "waiting", "paused", "failed", "aborted")
-#: What ``undo`` accepts: a run that finished (or was cut off, or waits at an interrupt) with
-#: completed steps to undo.
-UNDOABLE = ("completed", "halted", "aborted", "failed", "paused")
+#: What ``undo`` accepts: every run not under way now (one parked or pending may hold keys and
+#: have completed steps; a cancelled one kept its results). An undone run is refused.
+UNDOABLE = ("pending", "waiting", "paused", "failed", "aborted", "cancelled", "completed", "halted")
 #: What ``retry`` accepts: a run that has ended, whichever way.
 RETRYABLE = ("completed", "halted", "failed", "aborted", "cancelled")
 
 
 def cancel(execution_id: str, reason: str | None = None) -> Execution:
-    """Stop ``execution_id`` without rollback: status ``"cancelled"``, holds given back.
+    """Stop ``execution_id`` without rollback: status ``"cancelled"``, holds given back,
+    results kept (``undo`` may follow).
 
     Raises:
         LookupError: the store does not know ``execution_id``.
@@ -62,6 +64,7 @@ def cancel(execution_id: str, reason: str | None = None) -> Execution:
     epoch = _take(
         executions, stored, "cancelled", CANCELLABLE, "cancelled", correlation=_index(context)
     )
+    context = _taken(executions, stored.id, context)
     why = reason or "cancelled"
     if cls is not None:
         release_ledger(cls, context)
@@ -73,21 +76,23 @@ def cancel(execution_id: str, reason: str | None = None) -> Execution:
 
 def undo(execution_id: str) -> Execution:
     """Roll ``execution_id`` back (its completed steps undone, newest first, under their
-    locks and semaphores as a rollback does), then mark it ``"cancelled"``.
+    locks and semaphores as a rollback does; what it still holds given back, which wakes the
+    executions parked on it), then mark it ``"cancelled"``.
 
     What could not be undone is in the outcome's ``rollback_failures`` (``find(id).outcome``).
 
     Raises:
         LookupError: the store does not know ``execution_id``.
-        ExecutionStateError: it is running, waiting or pending (``cancel`` it first) or was
-            cancelled already.
+        ExecutionStateError: it is running, or was undone already.
         LookupError: its reactor class cannot be imported here.
     """
     executions, stored = _load(execution_id)
     cls, context = revive(stored)  # before taking it: a class that is gone changes nothing
     epoch = _take(
-        executions, stored, "rolling_back", UNDOABLE, "undone", correlation=_index(context)
-    )
+        executions, stored, "rolling_back", UNDOABLE, "undone",
+        correlation=_index(context), once="undone",
+    )  # fmt: skip
+    context = _taken(executions, stored.id, context)
     run = Run(cls.__py_reactor_name__, context, get_config().middleware)
     with running(context):
         release_ledger(cls, context)  # an aborted run's failed step may still hold its keys
@@ -139,13 +144,29 @@ def _take(
     verb: str,
     *,
     correlation: str = "",
+    once: str = "",
 ) -> int:
-    epoch, previous = executions.take(stored.id, status, allowed, correlation=correlation)
+    epoch, previous = executions.take(
+        stored.id, status, allowed, correlation=correlation, once=once
+    )
     if epoch == -1:
         raise LookupError(f"no execution {stored.id!r} is stored")
     if epoch == 0:
         raise _refusal(stored, verb, allowed, previous)
     return epoch
+
+
+def _taken(executions: ExecutionStore, execution_id: str, context: Context) -> Context:
+    """The context as stored when the take succeeded: a worker may have run the execution
+    further between the first load and the take (the take stops that, not what came before).
+    ``context`` (the first load's) if it cannot be read now."""
+    stored = executions.load(execution_id)
+    if stored is None:  # pragma: no cover - it was just taken
+        return context
+    try:
+        return loads_context(stored.context)
+    except SerializationError:
+        return context
 
 
 def _index(context: Context) -> str:
@@ -164,7 +185,7 @@ def _refusal(
         "running": "wait until it parks or ends (find(id).status)",
         "waiting": "cancel it first",
         "pending": "cancel it first",
-        "cancelled": "it was stopped already",
+        "cancelled": "it was undone already" if verb == "undone" else "it was stopped already",
     }.get(now, f"only a run that is {', '.join(allowed)} can be {verb}")
     return ExecutionStateError(
         f"execution {stored.id} of {reactor} is {now}, so it cannot be {verb}: {hint}",

@@ -10,7 +10,7 @@ it waits on; the release of that key makes it due at once (``lua/_wake_parked.lu
 Redis layout (``py_reactor:exec:*``)::
 
     exec:<id>    hash  id, reactor, status, context (JSON), epoch, worker, created_at,
-                       updated_at, waiting_on (JSON), outcome (JSON), parks
+                       updated_at, waiting_on (JSON), outcome (JSON), parks, undone
     exec:index   zset  id -> created (server ms): every stored execution
     exec:leases  zset  id -> lease end (server ms): running executions
     exec:due     zset  id -> due (server ms): what a dispatcher may claim once due
@@ -54,6 +54,7 @@ class StoredExecution:
     pinned: str | None = None  # "host:pid:<script>": a __main__ reactor, only that script runs it
     retried_by: str | None = None  # the execution Reactor.retry started from this one
     problem: str | None = None  # what of the record could not be read (then it cannot run)
+    undone: bool = False  # Reactor.undo rolled it back (it is not undone twice)
 
 
 class ExecutionStore:
@@ -124,6 +125,7 @@ class ExecutionStore:
             pinned=raw.get("pinned") or None,
             retried_by=raw.get("retried_by") or None,
             problem="; ".join(problems) or None,
+            undone=bool(raw.get("undone")),
         )
 
     def claim(
@@ -214,13 +216,15 @@ class ExecutionStore:
         allowed: tuple[str, ...],
         *,
         correlation: str = "",
+        once: str = "",
     ) -> tuple[int, str]:
         """Take ``execution_id`` for an operation: set ``status`` if it is in one of
         ``allowed`` and no runner's lease is live (bumping the epoch, so a runner that claimed
         it before writes nothing more).
 
         ``correlation``: the correlation id key (``keys.correlation``) the run holds while
-        paused at an interrupt, given up with the take.
+        paused at an interrupt, given up with the take. ``once``: a record field marking the
+        operation done (``"undone"``): refused if it is set, set by the take.
 
         Returns:
             ``(new epoch, previous status)``; ``(0, status)`` when refused; ``(-1, "")`` for an
@@ -235,7 +239,7 @@ class ExecutionStore:
             correlation,
         )
         epoch, previous = self.store.run_script(
-            "execution_take", names, (execution_id, status, *allowed)
+            "execution_take", names, (execution_id, status, once, *allowed)
         )
         return int(epoch), str(previous)
 

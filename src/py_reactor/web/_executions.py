@@ -174,7 +174,11 @@ def execution_detail(store: RedisStore, execution_id: str) -> dict[str, Any] | N
         worker=stored.worker,
         retry_of=private.get("retry_of"),
         retried_by=store.client.hget(keys.execution(execution_id), "retried_by") or None,
-        actions=[name for name, accepted in ACTIONS.items() if stored.status in accepted],
+        actions=[
+            name
+            for name, accepted in ACTIONS.items()
+            if stored.status in accepted and not (name == "undo" and stored.undone)
+        ],
     )
     return detail
 

@@ -3,7 +3,9 @@
 -- KEYS[1] record hash; KEYS[2] leases zset; KEYS[3] due zset; KEYS[4] readers parked waiting
 -- for it to end; KEYS[5] ready list; KEYS[6] the correlation id it holds while paused at an
 -- interrupt ("" when none): given up if it is still this execution's
--- ARGV[1] id; ARGV[2] the status to set; ARGV[i], i >= 3: the statuses it may be taken from
+-- ARGV[1] id; ARGV[2] the status to set; ARGV[3] a field marking that this operation was done
+-- ("" when none): refused if the record has it, set with the take (an undo runs once);
+-- ARGV[i], i >= 4: the statuses it may be taken from
 -- Bumps the epoch (a runner that claimed before writes nothing more), takes it out of the due
 -- set and the leases; a terminal new status wakes its parked readers.
 -- Returns {new epoch, previous status}; {0, status} when refused; {-1, ""} when unknown.
@@ -14,17 +16,21 @@ if not status then
   return {-1, ''}
 end
 local allowed = false
-for i = 3, #ARGV do
+for i = 4, #ARGV do
   if ARGV[i] == status then
     allowed = true
   end
 end
 local now = now_ms()
 local lease = redis.call('ZSCORE', KEYS[2], ARGV[1])
-if (not allowed) or (lease and tonumber(lease) > now) then
+local done = ARGV[3] ~= '' and redis.call('HGET', KEYS[1], ARGV[3])
+if (not allowed) or done or (lease and tonumber(lease) > now) then
   return {0, status}
 end
 local epoch = redis.call('HINCRBY', KEYS[1], 'epoch', 1)
+if ARGV[3] ~= '' then
+  redis.call('HSET', KEYS[1], ARGV[3], '1')
+end
 redis.call('HSET', KEYS[1], 'status', ARGV[2], 'updated_at', now, 'waiting_on', '',
   'timeout_at', '')
 if KEYS[6] and KEYS[6] ~= '' and redis.call('GET', KEYS[6]) == ARGV[1] then
