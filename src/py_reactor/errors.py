@@ -10,6 +10,7 @@ Every error the library raises or reports derives from :class:`ReactorError`::
     ├── DispatchError            a background execution could not be handed to its worker
     ├── AsyncUnitTimeoutError    a reader of an async unit's result gave up waiting for it
     ├── ExecutionStateError      an operation (cancel, undo, retry) does not apply to that status
+    ├── ReactorNotImportableError  a worker cannot import an execution's reactor (also LookupError)
     ├── InterruptError           an interrupt could not pause (its correlation id taken or bad)
     │   └── InterruptTimeoutError      nobody resumed the run within the interrupt's ``timeout``
     ├── ResumeError              no run paused at an interrupt to resume (resumed already, ...)
@@ -47,6 +48,7 @@ __all__ = [
     "OrderedLockWaitError",
     "RateLimitExceededError",
     "ReactorError",
+    "ReactorNotImportableError",
     "ResumeError",
     "SemaphoreAcquisitionError",
     "SerializationError",
@@ -136,6 +138,13 @@ class ExecutionStateError(ReactorError):
     def __init__(self, message: str, *, status: str = "", reactor: str | None = None):
         super().__init__(message, reactor=reactor)
         self.status = status
+
+
+class ReactorNotImportableError(ReactorError, LookupError):
+    """The reactor class an execution names (``module:qualname``) cannot be imported in this
+    process: its module fails to import, or defines no such reactor (renamed, removed, defined
+    inside a function). A worker leaves the execution for another worker for
+    ``unimportable_grace`` seconds, then fails it with this error."""
 
 
 class InterruptError(ReactorError):

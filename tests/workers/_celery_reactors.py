@@ -30,6 +30,7 @@ for _option, _variable in (
     ("park_max_attempts", "PY_REACTOR_TEST_PARK_CAP"),
     ("park_delay", "PY_REACTOR_TEST_PARK_DELAY"),
     ("park_jitter", "PY_REACTOR_TEST_PARK_JITTER"),
+    ("unimportable_grace", "PY_REACTOR_TEST_UNIMPORTABLE_GRACE"),
 ):
     if os.environ.get(_variable):
         configure(**{_option: float(os.environ[_variable])})

@@ -20,6 +20,7 @@ import py_reactor.transport.threads
 from py_reactor import (
     Halt,
     Reactor,
+    Result,
     Step,
     Success,
     background,
@@ -33,6 +34,7 @@ from py_reactor.storage.executions import ExecutionStore
 
 __all__ = [
     "SLOW_SECONDS",
+    "BooksInTheCaller",
     "Boom",
     "Halts",
     "InterruptedTwice",
@@ -181,6 +183,39 @@ class Usurped(Reactor):
     def after(tag: str) -> Any:
         client().incr(f"{tag}:after")
         return Success("after")
+
+
+@background(after="book")
+class BooksInTheCaller(Reactor):
+    """``reserve`` and ``book`` run in the caller, ``pay`` in a worker; each logs to
+    ``<tag>:log``, and so do the undos."""
+
+    tag: str
+
+    @step
+    def reserve(tag: str) -> str:
+        client().rpush(f"{tag}:log", "reserve")
+        return "reserved"
+
+    @reserve.undo
+    def _release(result: Any, tag: str) -> None:
+        client().rpush(f"{tag}:log", "undo reserve")
+
+    @step(r=Result("reserve"))
+    def book(tag: str, r: str) -> str:
+        client().rpush(f"{tag}:log", "book")
+        return "booked"
+
+    @book.undo
+    def _unbook(result: Any, tag: str, **_: Any) -> None:
+        client().rpush(f"{tag}:log", "undo book")
+
+    @step(b=Result("book"))
+    def pay(tag: str, b: str) -> str:
+        client().rpush(f"{tag}:log", "pay")
+        return "paid"
+
+    returns = "pay"
 
 
 # -- child-process entry points ----------------------------------------------------------------

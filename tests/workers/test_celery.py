@@ -27,11 +27,13 @@ import redis
 from py_reactor import Reactor, configure, find, workers
 from py_reactor.engine.context import Context
 from py_reactor.engine.serializer import dumps_context
+from py_reactor.storage.executions import record_key
 from tests._redis import PrivateRedis, free_port
 from tests.workers import _celery_reactors as r
 
 ROOT = Path(__file__).resolve().parents[2]
 LEASE = 2.0  # the workers' execution lease (seconds): recovery tests wait about this long
+GRACE = 1.0  # the module's workers' unimportable_grace (seconds)
 
 
 class Worker:
@@ -153,8 +155,11 @@ def start_workers(
 
 @pytest.fixture(scope="module")
 def celery_workers(private_redis: PrivateRedis) -> Iterator[list[Worker]]:
-    """Two worker processes serving the ``py_reactor`` queue for the whole module."""
-    started = start_workers(private_redis.url, 2)
+    """Two worker processes serving the ``py_reactor`` queue for the whole module (an
+    execution whose reactor they cannot import is left for another worker for 1 s)."""
+    started = start_workers(
+        private_redis.url, 2, settings={"PY_REACTOR_TEST_UNIMPORTABLE_GRACE": str(GRACE)}
+    )
     yield started
     for worker in started:
         worker.stop()
@@ -481,8 +486,9 @@ def _stored(execution_id: str, reactor: str, context: str) -> None:
 
 
 def test_a_job_whose_reactor_cannot_be_imported_fails_it_and_the_worker_goes_on(
-    key: str,
+    key: str, raw: redis.Redis
 ) -> None:
+    """Left for another worker (unclaimed) for the workers' grace, then failed, typed."""
     missing = "tests.workers.nowhere:Missing"
     execution_id = f"missing-{key}"
     _stored(execution_id, missing, dumps_context(Context(reactor=missing, inputs={})))
@@ -491,6 +497,9 @@ def test_a_job_whose_reactor_cannot_be_imported_fails_it_and_the_worker_goes_on(
         "the execution failed",
     )
     assert "tests.workers.nowhere" in str(failed.outcome.error)
+    assert failed.outcome.exception_class == "py_reactor.errors.ReactorNotImportableError"
+    assert failed.updated_at - failed.created_at >= GRACE  # left for another worker meanwhile
+    assert raw.hget(record_key(execution_id), "epoch") == "1"  # claimed once, to fail
     assert r.Three.run(key=key, n=1).wait(timeout=30).is_success  # still serving
 
 

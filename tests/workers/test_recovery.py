@@ -40,8 +40,10 @@ from py_reactor import (
     dumps_context,
     find,
 )
+from py_reactor.dsl import registry
 from py_reactor.dsl.registry import class_path
 from py_reactor.engine.serializer import SCHEMA_VERSION
+from py_reactor.errors import ReactorNotImportableError
 from py_reactor.observability import events as ev
 from py_reactor.runtime.drive import run_execution
 from py_reactor.storage import current_store
@@ -406,8 +408,10 @@ def test_an_unreadable_record_is_failed_not_retried_forever(
 def test_an_unimportable_reactor_fails_naming_the_class_and_the_worker_goes_on(
     executions: ExecutionStore, raw: redis.Redis, key: str, reactor: str, cause: str
 ) -> None:
-    """A stored execution of a ``module:qualname`` the worker cannot import: failed, the
-    error names the class and the cause; the same worker then runs another execution."""
+    """A stored execution of a ``module:qualname`` the worker cannot import (no grace left to
+    wait for another worker): failed, the error names the class and the cause; the same worker
+    then runs another execution."""
+    configure(unimportable_grace=0)
     execution_id = store_pending(executions, reactor, {"tag": key})
     py_reactor.workers.start()
     outcome = py_reactor.workers.wait(execution_id, timeout=10)
@@ -415,7 +419,9 @@ def test_an_unimportable_reactor_fails_naming_the_class_and_the_worker_goes_on(
     message = str(outcome.error)
     assert reactor in message, message
     assert cause in message, message
-    assert outcome.exception_class == "LookupError"
+    assert isinstance(outcome.error, ReactorNotImportableError)
+    assert outcome.exception_class == "py_reactor.errors.ReactorNotImportableError"
+    assert outcome.rollback_failures == []  # no step had completed
     assert outcome.reactor_name == reactor.rpartition(":")[2]
     failed = find(execution_id)
     assert failed is not None
@@ -426,6 +432,83 @@ def test_an_unimportable_reactor_fails_naming_the_class_and_the_worker_goes_on(
     assert raw.zscore(DUE_KEY, execution_id) is None
     assert raw.zscore(LEASES_KEY, execution_id) is None
     assert_still_serving(executions, f"{key}-after")
+
+
+def test_a_reactor_not_importable_here_is_left_for_another_worker_then_failed_reporting_its_steps(
+    raw: redis.Redis, key: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``reserve`` and ``book`` ran in the caller; no worker can import the class: it stays
+    pending (never claimed) for ``unimportable_grace``, then fails with a typed error, every
+    completed step reported as a rollback failure. A process that can import it undoes them."""
+    grace = 2.0
+    configure(unimportable_grace=grace)
+    path = class_path(rr.BooksInTheCaller)
+    monkeypatch.delitem(registry._classes, path)  # the class is gone from this "worker"
+    out = dispatched(rr.BooksInTheCaller.run(tag=key))
+    record = record_key(out.execution_id)
+
+    poll(
+        lambda: raw.hget(record, "unimportable_since") or raw.hget(record, "status") == "failed",
+        "a worker finding it unimportable",
+    )
+    assert raw.hget(record, "status") == "pending"  # left for another worker, not failed
+    assert raw.hget(record, "epoch") == "0"  # never claimed
+    outcome = py_reactor.workers.wait(out.execution_id, timeout=grace + 15)
+
+    assert isinstance(outcome, FailureResult), outcome
+    assert isinstance(outcome.error, ReactorNotImportableError)
+    assert outcome.exception_class == "py_reactor.errors.ReactorNotImportableError"
+    assert path in str(outcome.error)
+    failed = find(out.execution_id)
+    assert failed is not None
+    assert failed.status == "failed"
+    assert failed.updated_at - failed.created_at >= grace  # not before the grace ran out
+    assert raw.hget(record, "epoch") == "1"  # claimed once, to fail it
+    assert [(f["step"], f["kind"], f["key"], f["reason"]) for f in outcome.rollback_failures] == [
+        ("book", "undo", None, "reactor not importable here"),
+        ("reserve", "undo", None, "reactor not importable here"),
+    ]
+    assert all(path in f["message"] for f in outcome.rollback_failures)
+    assert raw.lrange(f"{key}:log", 0, -1) == ["reserve", "book"]  # nothing ran, nothing undone
+    assert failed.results == {"reserve": "reserved", "book": "booked"}
+
+    monkeypatch.undo()  # a process that can import the class undoes what was left
+    undone = py_reactor.workers.undo(out.execution_id)
+    assert undone.status == "cancelled"
+    assert raw.lrange(f"{key}:log", 0, -1) == ["reserve", "book", "undo book", "undo reserve"]
+
+
+def test_a_worker_that_can_import_the_reactor_within_the_grace_runs_it(
+    raw: redis.Redis, key: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Left by a worker that cannot import it; the class is importable again before the grace
+    ends (another worker, a deploy): the run completes, and the mark is gone."""
+    configure(unimportable_grace=60.0)
+    path = class_path(rr.BooksInTheCaller)
+    monkeypatch.delitem(registry._classes, path)
+    out = dispatched(rr.BooksInTheCaller.run(tag=key))
+    record = record_key(out.execution_id)
+    poll(
+        lambda: raw.hget(record, "unimportable_since") or raw.hget(record, "status") == "failed",
+        "a worker finding it unimportable",
+    )
+    assert raw.hget(record, "status") == "pending"
+
+    monkeypatch.undo()  # importable here now
+    outcome = py_reactor.workers.wait(out.execution_id, timeout=15)
+
+    assert isinstance(outcome, SuccessResult), outcome
+    assert outcome.value == "paid"
+    assert raw.lrange(f"{key}:log", 0, -1) == ["reserve", "book", "pay"]
+    assert not raw.hget(record, "unimportable_since")  # a later worker gets the whole grace
+
+
+def test_unimportable_grace_is_a_finite_number_of_seconds() -> None:
+    assert py_reactor.get_config().unimportable_grace == 60.0
+    for bad in (-1, float("inf"), "60", True):
+        with pytest.raises(ValueError, match=r"configure\(unimportable_grace=\.\.\.\)"):
+            configure(unimportable_grace=bad)  # type: ignore[arg-type]
+    assert configure(unimportable_grace=0).unimportable_grace == 0
 
 
 # -- 5. find() -------------------------------------------------------------------------------

@@ -55,6 +55,9 @@ class Config:
             caller before its step fails (``AsyncUnitTimeoutError``).
         async_park_timeout: seconds a reader in a worker may stay parked waiting for an async
             unit, in all, before its step fails.
+        unimportable_grace: seconds a worker that cannot import an execution's reactor leaves
+            it for another worker, counted from the first worker that could not; then it fails
+            it, reporting every completed step as a rollback failure.
     """
 
     middleware: tuple[Middleware, ...] = ()
@@ -73,6 +76,7 @@ class Config:
     execution_lease: float = 30.0
     async_wait_timeout: float = 30.0
     async_park_timeout: float = 3600.0
+    unimportable_grace: float = 60.0
 
     def __repr__(self) -> str:
         """The settings, with the password of ``redis_url`` masked."""
@@ -87,7 +91,8 @@ class Config:
             f"park_max_attempts={self.park_max_attempts}, park_delay={self.park_delay}, "
             f"park_jitter={self.park_jitter}, execution_lease={self.execution_lease}, "
             f"async_wait_timeout={self.async_wait_timeout}, "
-            f"async_park_timeout={self.async_park_timeout})"
+            f"async_park_timeout={self.async_park_timeout}, "
+            f"unimportable_grace={self.unimportable_grace})"
         )
 
 
@@ -111,6 +116,7 @@ def configure(
     execution_lease: float | None = None,
     async_wait_timeout: float | None = None,
     async_park_timeout: float | None = None,
+    unimportable_grace: float | None = None,
 ) -> Config:
     """Change settings; options left out keep their value. Returns the new settings.
 
@@ -140,6 +146,10 @@ def configure(
             result it reads (default 30); then it fails.
         async_park_timeout: seconds a step in a worker may stay parked, in all, waiting for an
             async unit whose result it reads (default 3600); then it fails.
+        unimportable_grace: seconds an execution whose reactor a worker cannot import is left
+            for another worker (default 60, counted from the first worker that could not);
+            then it fails (``ReactorNotImportableError``), every completed step reported as a
+            rollback failure.
 
     Raises:
         TypeError: an option has the wrong type (the message names the option).
@@ -185,12 +195,14 @@ def configure(
         ("celery_resend_after", celery_resend_after, 0.001),
         ("async_wait_timeout", async_wait_timeout, 0),
         ("async_park_timeout", async_park_timeout, 0),
+        ("unimportable_grace", unimportable_grace, 0),
     ):
         if value is None:
             continue
         if not isinstance(value, int | float) or isinstance(value, bool) or not value >= least:
             raise ValueError(f"configure({option}=...) takes a number >= {least:g}, got {value!r}")
-        if option in ("execution_lease", "celery_resend_after") and value == float("inf"):
+        finite = ("execution_lease", "celery_resend_after", "unimportable_grace")
+        if option in finite and value == float("inf"):
             raise ValueError(f"configure({option}=...) must be finite")
         changes[option] = value
     if embedded_dir is not None:

@@ -10,8 +10,10 @@ Every background execution goes through the same few moves, whoever runs it:
 3. The run ends (the outcome is stored) or parks: stored ``waiting`` in the due set, and in the
    parked list of the key it waits on, whose release makes it due at once.
 
-A runner that cannot import the reactor, or read the stored context, fails that execution with
-an error naming the cause and goes on serving.
+A runner that cannot read the stored context fails that execution with an error naming the
+cause and goes on serving. One that cannot import the reactor leaves it for another worker for
+``unimportable_grace`` seconds (counted from the first worker that could not), then fails it
+with a ``ReactorNotImportableError``, every completed step reported as a rollback failure.
 """
 
 from __future__ import annotations
@@ -37,10 +39,15 @@ from py_reactor.engine.results import (
     Outcome,
     ParkedResult,
     PausedResult,
+    RollbackFailure,
 )
 from py_reactor.engine.run import StaleExecution, WorkerMode, describe_exception
 from py_reactor.engine.serializer import dumps_context, loads_context
-from py_reactor.errors import ReactorError, SerializationError
+from py_reactor.errors import (
+    ReactorError,
+    ReactorNotImportableError,
+    SerializationError,
+)
 from py_reactor.observability import events as ev
 from py_reactor.observability.middleware import emit
 from py_reactor.observability.propagation import worker_run
@@ -56,6 +63,14 @@ from py_reactor.storage.executions import ExecutionStore, StoredExecution
 __all__ = ["background_run", "dispatch", "recovery_pass", "run_execution", "worker_name"]
 
 logger = logging.getLogger("py_reactor")
+
+#: Seconds after which an execution left by a worker that cannot import its reactor is due
+#: again (at most what is left of ``unimportable_grace``): another worker may take it then.
+UNIMPORTABLE_AGAIN_IN = 2.0
+
+#: The ``reason`` of the rollback failure reported for each completed step of an execution
+#: failed because its reactor cannot be imported (its undo could not run).
+NOT_IMPORTABLE = "reactor not importable here"
 
 
 def worker_name() -> str:
@@ -154,6 +169,8 @@ def run_execution(
     elsewhere = None if ahead is None else foreign(ahead.pinned)
     if elsewhere == "alive":
         return "another script's"  # a __main__ reactor: only its own script can run it
+    if ahead is not None and ahead.problem is None and not elsewhere and _left(executions, ahead):
+        return "left for another worker"
     if sent_at_epoch is None:
         epoch = executions.claim(execution_id, name, config.execution_lease)
     else:  # the job is the authority that it is due; its epoch says whether it is stale
@@ -169,7 +186,7 @@ def run_execution(
         if stored.problem is not None:
             raise SerializationError(f"its stored record cannot be read: {stored.problem}")
         if elsewhere:  # its script is gone; a same-named class here is not the one it meant
-            raise LookupError(f"reactor {stored.reactor} belongs to another script")
+            raise ReactorNotImportableError(f"reactor {stored.reactor} belongs to another script")
         cls, context = revive(stored)
     except Exception as exc:
         _unreadable(executions, stored, epoch, exc)
@@ -277,42 +294,74 @@ def _until(delay: float | None) -> float:
     return time.time() + (delay or 0)
 
 
+def _left(executions: ExecutionStore, stored: StoredExecution) -> bool:
+    """True when this worker cannot import ``stored``'s reactor and leaves the execution for
+    another worker (unclaimed, due again shortly), as it may until ``unimportable_grace`` has
+    passed since a worker first could not; False: claim it (and fail it, if still unimportable).
+    """
+    try:
+        _reactor_class(stored.reactor)
+    except ReactorNotImportableError as exc:
+        grace = get_config().unimportable_grace
+        if executions.leave(stored.id, grace, UNIMPORTABLE_AGAIN_IN):
+            logger.warning(
+                "py_reactor: execution %s is left for another worker: %s (it fails once "
+                "unimportable_grace, %g s, has passed)", stored.id, exc, grace,
+            )  # fmt: skip
+            return True
+    return False
+
+
+def _reactor_class(path: str) -> type[Reactor]:
+    """The reactor class named ``module:qualname``, its module imported if need be.
+
+    Raises:
+        ReactorNotImportableError: the module fails to import or defines no such reactor.
+    """
+    cls = lookup(path)
+    module, _, name = path.partition(":")
+    if cls is None:
+        try:
+            __import__(module)
+        except Exception as exc:
+            raise ReactorNotImportableError(
+                f"cannot import module {module!r} of reactor {path} "
+                f"({type(exc).__name__}: {exc}); start the worker where it is importable",
+                reactor=name,
+            ) from None
+        cls = lookup(path)
+    if cls is None or not (isinstance(cls, type) and issubclass(cls, Reactor)):
+        raise ReactorNotImportableError(
+            f"reactor {path} is not defined (renamed, removed, or defined inside a "
+            "function); a worker can only run reactors it can import by module:qualname",
+            reactor=name,
+        )
+    return cls
+
+
 def revive(stored: StoredExecution) -> tuple[type[Reactor], Context]:
     """The reactor class and context of a stored execution.
 
     Raises:
-        LookupError: the class cannot be imported; SerializationError: the context is bad.
+        ReactorNotImportableError: the class cannot be imported (a ``LookupError``);
+        SerializationError: the context is bad.
     """
-    cls = lookup(stored.reactor)
-    if cls is None:
-        module, _, _qualname = stored.reactor.partition(":")
-        try:
-            __import__(module)
-        except Exception as exc:
-            raise LookupError(
-                f"cannot import module {module!r} of reactor {stored.reactor} "
-                f"({type(exc).__name__}: {exc}); start the worker where it is importable"
-            ) from None
-        cls = lookup(stored.reactor)
-    if cls is None or not (isinstance(cls, type) and issubclass(cls, Reactor)):
-        raise LookupError(
-            f"reactor {stored.reactor} is not defined (renamed, removed, or defined inside a "
-            "function); a worker can only run reactors it can import by module:qualname"
-        )
-    return cls, loads_context(stored.context)
+    return _reactor_class(stored.reactor), loads_context(stored.context)
 
 
 def _unreadable(
     executions: ExecutionStore, stored: StoredExecution, epoch: int, exc: Exception
 ) -> None:
-    """Fail an execution this runner cannot revive, with the cause as its error."""
+    """Fail an execution this runner cannot revive, with the cause as its error; when its
+    reactor cannot be imported, each completed step is reported as a rollback failure (its undo
+    could not run here: ``Reactor.undo`` where the class imports runs it)."""
     message = f"execution {stored.id} of {stored.reactor} cannot be run here: {exc}"
     if stored.pinned and stored.reactor.startswith("__main__:"):
         message += (
             f" (it was defined in the __main__ script of process {stored.pinned}, which "
             "exited before the execution finished)"
         )
-    outcome = {
+    outcome: dict[str, Any] = {
         "status": "failed",
         "error": message,
         "exception_class": describe_exception(exc)[0],
@@ -322,7 +371,30 @@ def _unreadable(
     logger.error("py_reactor: %s", message)
     context = stored.context
     try:
-        loads_context(context)
+        completed = loads_context(context).completed
     except SerializationError:
+        completed = []
         context = dumps_context(Context(reactor=stored.reactor, inputs={}, execution_id=stored.id))
+    if isinstance(exc, ReactorNotImportableError):
+        outcome["rollback_failures"] = _not_undone(completed, stored.reactor, exc)
     executions.checkpoint(stored.id, epoch, context, "failed", outcome=outcome)
+
+
+def _not_undone(
+    completed: list[str], reactor: str, exc: ReactorNotImportableError
+) -> list[RollbackFailure]:
+    """A rollback failure for each completed step, newest first (as a rollback would undo
+    them): nothing of the run is silently left done."""
+    return [
+        RollbackFailure(
+            step=name,
+            kind="undo",
+            key=None,
+            reason=NOT_IMPORTABLE,
+            message=(
+                f"the undo of step {name!r} did not run: reactor {reactor} cannot be imported "
+                f"here ({exc}); Reactor.undo(id) where it imports rolls the run back"
+            ),
+        )
+        for name in reversed(completed)
+    ]

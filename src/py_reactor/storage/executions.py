@@ -10,7 +10,8 @@ it waits on; the release of that key makes it due at once (``lua/_wake_parked.lu
 Redis layout (``py_reactor:exec:*``)::
 
     exec:<id>    hash  id, reactor, status, context (JSON), epoch, worker, created_at,
-                       updated_at, waiting_on (JSON), outcome (JSON), parks, undone
+                       updated_at, waiting_on (JSON), outcome (JSON), parks, undone,
+                       unimportable_since (server ms)
     exec:index   zset  id -> created (server ms): every stored execution
     exec:leases  zset  id -> lease end (server ms): running executions
     exec:due     zset  id -> due (server ms): what a dispatcher may claim once due
@@ -152,6 +153,15 @@ class ExecutionStore:
         epoch = "" if sent_at_epoch is None else str(sent_at_epoch)
         args = (execution_id, worker, _ms(lease), "1" if due else "0", epoch)
         return int(self.store.run_script("execution_claim", keys, args))
+
+    def leave(self, execution_id: str, grace: float, again_in: float) -> bool:
+        """Leave ``execution_id``, whose reactor this worker cannot import, for another worker:
+        True when it was left (due again in ``again_in`` seconds at most, never claimed), False
+        when ``grace`` seconds have passed since a worker first could not import it (or it is
+        not this worker's to leave): then claim it and fail it."""
+        keys = (record_key(execution_id), LEASES_KEY, DUE_KEY)
+        args = (execution_id, int(grace * 1000), _ms(again_in))
+        return int(self.store.run_script("execution_leave", keys, args)) == 1
 
     def checkpoint(
         self,

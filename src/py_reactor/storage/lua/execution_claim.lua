@@ -42,6 +42,7 @@ end
 redis.call('ZREM', KEYS[3], ARGV[1])
 local epoch = redis.call('HINCRBY', KEYS[1], 'epoch', 1)
 redis.call('HSET', KEYS[1], 'status', 'running', 'worker', ARGV[2], 'updated_at', now,
-  'sends', 0, 'timeout_at', '')  -- the sends of execution_send since the last claim
+  'sends', 0, 'timeout_at', '',  -- the sends of execution_send since the last claim
+  'unimportable_since', '')  -- a worker that can import it: the next one gets a whole grace
 redis.call('ZADD', KEYS[2], now + tonumber(ARGV[3]), ARGV[1])
 return epoch
