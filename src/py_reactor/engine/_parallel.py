@@ -51,7 +51,7 @@ from py_reactor.engine.context import Context, Status, running
 from py_reactor.engine.executor import after_step, check_storable, fail, run_one
 from py_reactor.engine.release import release_ledger
 from py_reactor.engine.resolve import resolve_arguments
-from py_reactor.engine.results import DispatchedResult, Outcome, SuccessResult
+from py_reactor.engine.results import DispatchedResult, Outcome, ParkedResult, SuccessResult
 from py_reactor.engine.run import Parked, Paused, Run, StepFailure
 from py_reactor.engine.step_runner import Halted
 from py_reactor.observability import events as ev
@@ -316,6 +316,8 @@ class _Walk:
             ended = after_step(self.run, name, result, self.checkpoint)
             if isinstance(ended, StepFailure):  # its result cannot be stored
                 self.failures.append(ended)
+            elif isinstance(ended, ParkedResult):  # the store is unreachable: suspend the run
+                self.stops.append((name, ended.parked))
 
     # -- the end ---------------------------------------------------------------------------
 

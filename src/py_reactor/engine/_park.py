@@ -5,6 +5,10 @@ worker nothing waits (every gate answers busy at once) and contention parks the 
 instead: persisted, thread given back, dispatched again when the key is released or the
 backstop timer fires. Parks are capped by ``park_max_attempts``; an ordered lock's turn is
 waited for without a cap; a rate limit parks for its ``retry_after``.
+
+A store outage in a worker is not the step's failure either: the run is suspended (parked on
+the ``"store"``, uncapped, no key to wake it) and goes on once the store is back, so nothing is
+rolled back that would then complete anyway. In the caller it fails the step, as contention does.
 """
 
 from __future__ import annotations
@@ -20,10 +24,11 @@ from py_reactor.errors import (
     OrderedLockWaitError,
     RateLimitExceededError,
     SemaphoreAcquisitionError,
+    StoreUnavailableError,
 )
 from py_reactor.observability import events as ev
 
-__all__ = ["CONTENTION", "backstop", "park", "park_or_fail"]
+__all__ = ["CONTENTION", "STORE", "backstop", "park", "park_or_fail", "store_outage"]
 
 #: The errors that mean "busy now" (not a bad key, not an unreachable store).
 CONTENTION = (
@@ -33,6 +38,9 @@ CONTENTION = (
     OrderedLockWaitError,
 )
 
+#: What a run suspended by a store outage waits on (``waiting_on["primitive"]``; no key).
+STORE = "store"
+
 
 def park_or_fail(run: Run, step: str | None, exc: CoordinationError) -> Parked | None:
     """Park the run (returns what to park on), or None: fail it with ``exc``.
@@ -40,10 +48,12 @@ def park_or_fail(run: Run, step: str | None, exc: CoordinationError) -> Parked |
     When the cap is spent, ``exc``'s message says so (primitive, key and the number of parks).
     """
     worker = run.worker
+    if worker is not None and isinstance(exc, StoreUnavailableError):
+        return store_outage(run, step)
     if worker is None or not isinstance(exc, CONTENTION):
         return None
     root = worker.root or run.context
-    path = (worker.prefix + step) if step is not None else (worker.prefix.rstrip(".") or None)
+    path = _path(run, step)
     ordered = isinstance(exc, OrderedLockWaitError)
     if not ordered:
         if root.parks >= worker.park_max_attempts:
@@ -61,6 +71,23 @@ def park_or_fail(run: Run, step: str | None, exc: CoordinationError) -> Parked |
     parked = park(run, path, exc.primitive, exc.key, root.parks, delay, step_level=step is not None)
     parked.limit = getattr(exc, "limit", None)
     return parked
+
+
+def store_outage(run: Run, step: str | None) -> Parked:
+    """Suspend a worker's run that could not reach the store at ``step`` (None: the reactor's
+    own coordination): not a failure, so nothing rolls back, and not a park the cap counts.
+
+    Dispatched again after the park delay; if even this park cannot be written, the runner's
+    lease lapses and recovery runs it again from its last checkpoint.
+    """
+    root = (run.worker.root if run.worker is not None else None) or run.context
+    return park(run, _path(run, step), STORE, None, root.parks, step_level=step is not None)
+
+
+def _path(run: Run, step: str | None) -> str | None:
+    """``step``'s dotted path from the root execution (None: the reactor's own coordination)."""
+    prefix = "" if run.worker is None else run.worker.prefix
+    return (prefix + step) if step is not None else (prefix.rstrip(".") or None)
 
 
 def park(

@@ -17,7 +17,7 @@ from py_reactor.dsl.declaration import StepKind
 from py_reactor.dsl.reactor import Reactor, StepPlan
 from py_reactor.dsl.registry import class_path
 from py_reactor.engine._coordinate import emitter
-from py_reactor.engine._park import park_or_fail
+from py_reactor.engine._park import park_or_fail, store_outage
 from py_reactor.engine.async_units import DEFERRED, await_inputs, await_units, dispatch_unit
 from py_reactor.engine.compensation import rollback
 from py_reactor.engine.context import Context, Status, running, running_context
@@ -42,7 +42,12 @@ from py_reactor.engine.run import (
 )
 from py_reactor.engine.serializer import dumps_context
 from py_reactor.engine.step_runner import Halted, run_step
-from py_reactor.errors import CoordinationError, InputValidationError, SerializationError
+from py_reactor.errors import (
+    CoordinationError,
+    InputValidationError,
+    SerializationError,
+    StoreUnavailableError,
+)
 from py_reactor.observability import events as ev
 from py_reactor.observability.middleware import Middleware
 
@@ -286,7 +291,10 @@ def after_step(
         run.emit(ev.ReactorHalted, name, reason=result.reason)
         return HaltedResult(run.context, reason=result.reason, step_name=name)
     if checkpoint is not None:  # a dispatched unit too: its id is stored before going on
-        return check_storable(run, name, checkpoint)
+        try:
+            return check_storable(run, name, checkpoint)
+        except StoreUnavailableError:  # the step is done, only not stored: suspend, undo nothing
+            return _parked(run, store_outage(run, name))
     return None
 
 

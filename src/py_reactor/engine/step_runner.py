@@ -19,7 +19,7 @@ from py_reactor.dsl.reactor import StepPlan
 from py_reactor.dsl.retries import RetryPolicy
 from py_reactor.dsl.signals import Failure, Halt, Skipped, Success
 from py_reactor.engine._coordinate import StepGate
-from py_reactor.engine._park import park_or_fail
+from py_reactor.engine._park import park_or_fail, store_outage
 from py_reactor.engine._units import defines, make_unit
 from py_reactor.engine.async_units import await_units
 from py_reactor.engine.resolve import resolve_arguments
@@ -31,7 +31,12 @@ from py_reactor.engine.results import (
     SuccessResult,
 )
 from py_reactor.engine.run import Parked, Paused, Run, StepFailure, error_text
-from py_reactor.errors import ArgumentResolutionError, CoordinationError, InputValidationError
+from py_reactor.errors import (
+    ArgumentResolutionError,
+    CoordinationError,
+    InputValidationError,
+    StoreUnavailableError,
+)
 from py_reactor.observability import events as ev
 
 __all__ = [
@@ -181,7 +186,7 @@ def _attempts(
         attempt += 1
         if gate is None:
             run.emit(ev.StepStarted, name, attempt=attempt)
-            signal = _work(unit)
+            signal = _outage_suspends(run, name, attempt, _work(unit))
         else:
             try:
                 admission = gate.enter()
@@ -196,7 +201,7 @@ def _attempts(
                 return _skip(run, name, values, Skipped(reason=admission.value), started, where)
             run.emit(ev.StepStarted, name, attempt=attempt)
             try:
-                signal = _work(unit)
+                signal = _outage_suspends(run, name, attempt, _work(unit))
             except BaseException:
                 gate.exit(succeeded=False)
                 raise
@@ -271,6 +276,23 @@ def _work(unit: Any) -> Success | Failure | Halt | Skipped | Parked | Paused:
         return _as_signal(unit.run())
     except Exception as exc:
         return Failure(exc)
+
+
+def _outage_suspends(
+    run: Run, name: str, attempt: int, signal: Success | Failure | Halt | Skipped | Parked | Paused
+) -> Success | Failure | Halt | Skipped | Parked | Paused:
+    """In a worker, the work failing because the store is unreachable (a store call of its
+    own) suspends the run instead of failing the step: the attempt runs again once the store
+    is back (it did not count), and nothing is rolled back meanwhile. Any other signal is
+    returned as it is."""
+    if (
+        run.worker is not None
+        and isinstance(signal, Failure)
+        and isinstance(signal.error, StoreUnavailableError)
+    ):
+        run.context.attempts[name] = attempt - 1
+        return store_outage(run, name)
+    return signal
 
 
 def contended(

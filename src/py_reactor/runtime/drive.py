@@ -47,6 +47,7 @@ from py_reactor.errors import (
     ReactorError,
     ReactorNotImportableError,
     SerializationError,
+    StoreUnavailableError,
 )
 from py_reactor.observability import events as ev
 from py_reactor.observability.middleware import emit
@@ -213,6 +214,8 @@ def run_execution(
     except StaleExecution:
         logger.warning("py_reactor: execution %s was claimed by another runner", execution_id)
         return "stale"
+    except StoreUnavailableError as exc:  # a store call the run did not suspend on
+        return _left_to_recovery(execution_id, exc)
     except BaseException as exc:  # SystemExit, KeyboardInterrupt in a step: no rollback ran
         _settle(executions, execution_id, epoch, context, aborted_outcome(cls, context, exc))
         raise
@@ -221,7 +224,21 @@ def run_execution(
     finally:
         if on_claim is not None:
             on_claim(execution_id, None)
-    return _settle(executions, execution_id, epoch, context, outcome)
+    try:
+        return _settle(executions, execution_id, epoch, context, outcome)
+    except StoreUnavailableError as exc:  # how it ended (a suspension too) cannot be written
+        return _left_to_recovery(execution_id, exc)
+
+
+def _left_to_recovery(execution_id: str, exc: StoreUnavailableError) -> str:
+    """Write nothing: the store cannot be reached. Its lease lapses and recovery runs it again
+    from its last checkpoint, which is safe because a store outage never rolls anything back."""
+    logger.warning(
+        "py_reactor: execution %s is left to lease recovery, from its last checkpoint: %s",
+        execution_id,
+        exc,
+    )
+    return "store unavailable"
 
 
 def _settle(
@@ -245,13 +262,14 @@ def _settle(
             "attempt": stop.attempt,
             "until": _until(stop.delay),
         }
-        on = None if stop.primitive is None else keys.parked(stop.primitive, stop.key or "")
+        keyed = stop.primitive is not None and stop.key is not None  # else only the timer wakes
+        on = keys.parked(stop.primitive, stop.key) if keyed else None  # (a backoff, the store)
         awaiting = stop.key if stop.primitive == keys.AWAITED else None  # a reader of a unit
         free_if = keys.free_probe(stop.primitive or "", stop.key or "", stop.limit)
         written = executions.checkpoint(
             execution_id, epoch, text, "waiting", waiting_on=waiting_on, due_in=stop.delay,
             parked_on=on, awaiting=awaiting, free_if=free_if,
-            park=stop.primitive not in (None, "ordered_lock", keys.AWAITED),  # as the cap counts
+            park=keyed and stop.primitive not in ("ordered_lock", keys.AWAITED),  # as caps count
         )  # fmt: skip
         return "parked" if written else "stale"
     status = context.status.value
