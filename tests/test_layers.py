@@ -203,9 +203,7 @@ def test_no_module_imports_another_packages_private_module_or_name() -> None:
             private += [n for n in names if n.startswith("_") and not n.startswith("__")]
             if private:
                 found.append(f"{module}:{node.lineno} from {node.module} import {names}")
-    assert not found, "imports of another package's private module or name:\n" + "\n".join(
-        found
-    )
+    assert not found, "imports of another package's private module or name:\n" + "\n".join(found)
 
 
 class _Lazy(ast.NodeVisitor):
