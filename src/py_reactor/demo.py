@@ -288,7 +288,7 @@ def celery_workers(redis_url: str, count: int) -> Iterator[None]:
 
 
 def _wait_for_workers(redis_url: str, count: int) -> None:
-    from py_reactor.workers.celery import current_sender
+    from py_reactor.transport.celery import current_sender
 
     app = current_sender()  # the app that sends to redis_url (configured by run_demo)
     deadline = time.monotonic() + 60
