@@ -39,6 +39,9 @@ from py_reactor import (
     retries,
     step,
     with_lock,
+    with_ordered_lock,
+    with_period,
+    with_rate_limit,
 )
 from py_reactor.engine.serializer import loads_context
 from py_reactor.observability import OpenTelemetryMiddleware
@@ -140,6 +143,22 @@ class Parent(Reactor):
 
     kid = compose(Kid)
     returns = "kid"
+
+
+@with_ordered_lock(lambda i: f"line:{i['key']}")
+@with_period(lambda i: f"daily:{i['key']}", every="day")
+@with_rate_limit(lambda i: f"api:{i['key']}", limit=5, period="minute")
+class Metered(Reactor):
+    """An ordered turn, a daily period and a rate limit around the run, and a period and a
+    rate limit of its own on the step."""
+
+    key: str
+
+    @step
+    @with_period(lambda a: f"step-daily:{a['key']}", every="day")
+    @with_rate_limit(lambda a: f"step-api:{a['key']}", limit=5, period="minute")
+    def settle(key: str) -> str:
+        return "settled"
 
 
 #: test key -> attempts made so far by ``Flaky.call``.
@@ -378,6 +397,32 @@ def test_a_composed_child_nests_under_its_step_and_reactor_locks_sit_on_the_reac
     charge = spans.one("step Kid.charge", child_id)
     assert parent_of(charge) == span_id(child)
     assert attr(charge, "py_reactor.lock.key") == f"{key}:kid"
+
+
+def test_rate_limit_period_and_ordered_lock_keys_and_events_sit_on_their_spans(
+    spans: Spans, key: str
+) -> None:
+    """The reactor's ordered lock, period and rate limit are on its span (keys and span events),
+    the step's own period and rate limit on the step's; a rate limit has no release, and the
+    reactor span still ends once its period and turn are given back."""
+    out = Metered.run(key=key)
+    assert out.is_success, out
+    reactor = spans.one("reactor Metered", out.execution_id)
+    assert attr(reactor, "py_reactor.ordered_lock.key") == f"line:{key}"
+    assert attr(reactor, "py_reactor.period.key") == f"daily:{key}"
+    assert attr(reactor, "py_reactor.rate_limit.key") == f"api:{key}"
+    assert event_names(reactor) == [
+        "ordered_lock.acquired",
+        "period.acquired",
+        "rate_limit.acquired",
+        "period.released",
+        "ordered_lock.released",
+    ]
+    settle = spans.one("step Metered.settle", out.execution_id)
+    assert parent_of(settle) == span_id(reactor)
+    assert attr(settle, "py_reactor.period.key") == f"step-daily:{key}"
+    assert attr(settle, "py_reactor.rate_limit.key") == f"step-api:{key}"
+    assert event_names(settle) == ["period.acquired", "rate_limit.acquired", "period.released"]
 
 
 def test_a_failure_records_the_exception_and_nests_compensate_and_undo_in_rollback(

@@ -35,6 +35,7 @@ from py_reactor.errors import (
     OrderedLockWaitError,
     RateLimitExceededError,
     SemaphoreAcquisitionError,
+    StoreUnavailableError,
 )
 
 __all__ = ["Busy", "Entered", "Gate", "Skip", "gate_for"]
@@ -264,7 +265,12 @@ class PeriodGate(Gate):
                 keep_alive(claim, max(self.p.lease / 3, 0.001))
                 live.put(record, claim)
                 return Entered(record, fresh=False)
-        claim = self.p.claim(owner_or_new(owner))
+        try:
+            claim = self.p.claim(owner_or_new(owner))
+        except StoreUnavailableError:
+            raise
+        except CoordinationError as exc:  # another owner ran the bucket for the whole wait
+            return Busy(exc)
         if not claim.due:
             return Skip("period")
         new = self._record(
@@ -280,8 +286,7 @@ class PeriodGate(Gate):
     def exit(self, record: HoldRecord, *, succeeded: bool, failed: bool) -> bool:
         claim = live.pop(record) or self._rebuild(record)
         forget(claim)
-        claim.release(mark=succeeded)
-        return False
+        return claim.release(mark=succeeded)
 
     def _rebuild(self, record: HoldRecord) -> PeriodClaim:
         return PeriodClaim(
@@ -303,6 +308,7 @@ class OrderedLockGate(Gate):
     p: OrderedLock
 
     def enter(self, record: HoldRecord | None, *, owner: str | None, wait: float | None) -> Answer:
+        fresh = record is None or record.state != HELD  # a turn kept across a park is adopted
         if record is None:
             position = self.p.take_position()
             record = self._record(
@@ -328,7 +334,7 @@ class OrderedLockGate(Gate):
         live.put(record, turn)
         if turn.short_circuit:
             return Skip("ordered_lock", record)
-        return Entered(record)
+        return Entered(record, fresh=fresh)
 
     def _waiting(self, wait: float) -> OrderedLock:
         if self.p.wait == wait:
@@ -346,12 +352,12 @@ class OrderedLockGate(Gate):
         held = live.pop(record)
         position = self._position(record)
         if isinstance(held, Turn):
-            held.release(failed=failed)
-        elif record.state == HELD:  # a turn taken in another process
-            Turn(self.p, position, False, self.p._watch(position)).release(failed=failed)
-        else:  # never got its turn: step aside so later positions need not wait for it
-            with contextlib.suppress(Exception):
-                self.p.abandon(position)
+            return held.release(failed=failed)
+        if record.state == HELD:  # a turn taken in another process
+            return Turn(self.p, position, False, self.p._watch(position)).release(failed=failed)
+        # never got its turn: step aside so later positions need not wait for it
+        with contextlib.suppress(Exception):
+            self.p.abandon(position)
         return False
 
     def extend(self, record: HoldRecord) -> bool:

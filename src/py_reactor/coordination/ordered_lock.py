@@ -343,8 +343,8 @@ class Turn:
         self._heartbeat = heartbeat
         self._once = threading.Lock()
 
-    def release(self, *, failed: bool) -> None:
-        """Pass the turn on (one round trip); later calls do nothing.
+    def release(self, *, failed: bool) -> bool:
+        """Pass the turn on (one round trip); later calls do nothing (and return False).
 
         Advances the last completed position to this one, wakes the next position, and ends
         the epoch when nothing else is in flight. A turn that was skipped meanwhile (its
@@ -353,13 +353,17 @@ class Turn:
         Args:
             failed: the work failed; under ``strict`` the rest of this epoch short-circuits.
 
+        Returns:
+            True if the turn had been skipped or fenced meanwhile (the release changed
+            nothing).
+
         Raises:
             StoreUnavailableError: the store cannot be reached (the position, no longer
                 heartbeating, is then skipped after the poison-pill timeout).
         """
         with self._once:
             if self.released:
-                return
+                return False
             self.released = True
         self._heartbeat.released = True
         outcome = self._lock._finish(self.position, failed=failed)
@@ -372,6 +376,7 @@ class Turn:
                 self.position.epoch,
                 self._lock.poison_pill_timeout,
             )
+        return outcome == ORDERED_UNCHANGED
 
     def extend(self) -> bool:
         """Refresh this position's heartbeat now (one round trip).

@@ -78,7 +78,7 @@ class PeriodClaim:
         self._store = store
         self._expire_at = expire_at
 
-    def release(self, *, mark: bool) -> None:
+    def release(self, *, mark: bool) -> bool:
         """Give the claim back, marking the bucket done if ``mark``; wakes every waiter.
 
         Idempotent, and free (no round trip) for a claim that is not due.
@@ -88,12 +88,16 @@ class PeriodClaim:
                 done (the marker expires 60 s after that bucket ends). False leaves it
                 unmarked, so the next caller in the bucket is due.
 
+        Returns:
+            True if the claim had lapsed before this release (another caller may have run
+            the same bucket); False otherwise, and on a repeated release.
+
         Raises:
             StoreUnavailableError: the store cannot be reached (the claim then lapses with
                 its lease).
         """
         if self.released:
-            return
+            return False
         self.released = True
         remaining = self._store.period_release(
             self.key, self.bucket, self.owner, mark=mark, expire_at=self._expire_at
@@ -105,6 +109,7 @@ class PeriodClaim:
                 self.key,
                 self.bucket,
             )
+        return remaining < 0
 
     def extend(self) -> bool:
         """Push the claim's lease out by another ``lease`` seconds (the extender calls this).

@@ -33,7 +33,7 @@ from typing import Any
 
 from py_reactor.coordination.declarations import ORDER, Declaration
 from py_reactor.coordination.gates import Answer, Busy, Entered, Gate, gate_for
-from py_reactor.coordination.holds import HELD, HoldRecord, Ledger
+from py_reactor.coordination.holds import HELD, WAITING, HoldRecord, Ledger
 from py_reactor.coordination.owner import encloses, owning, running_owner
 from py_reactor.errors import CoordinationError, CoordinationKeyError
 
@@ -252,6 +252,7 @@ class Scope:
                 if skip is not None:
                     return Admission(skip.reason)
                 continue
+            held_before = mine is not None and mine.state == HELD
             answer, taker = self._take(gate, name, mine, owner)
             record = answer.record
             if self.recovered and isinstance(answer, Entered) and answer.fresh and record:
@@ -268,6 +269,8 @@ class Scope:
                 self._report(f"{name}.acquisition_failed", name, error=answer.error)
                 raise answer.error
             if not isinstance(answer, Entered):
+                if record is not None and record.state == HELD and not held_before:
+                    self._report(f"{name}.acquired", name)  # taken, to be passed on unused
                 return Admission(answer.reason)
             if answer.fresh:
                 self._report(f"{name}.acquired", name, **answer.fields)
@@ -384,7 +387,8 @@ class Scope:
             name = record.primitive
             try:
                 lost = self._gates[name].exit(record, succeeded=succeeded, failed=failed)
-                self._report(f"{name}.released", name, lost=lost)
+                if record.state != WAITING:  # a place in line was never reported taken
+                    self._report(f"{name}.released", name, lost=lost)
             except Exception:
                 logger.exception(
                     "py_reactor: releasing %s %r for %s failed; it lapses by its ttl",

@@ -30,7 +30,15 @@ _EVENTS: dict[str, type[ev.Event]] = {
     "semaphore.acquired": ev.SemaphoreAcquired,
     "semaphore.released": ev.SemaphoreReleased,
     "semaphore.acquisition_failed": ev.SemaphoreAcquisitionFailed,
-}
+    "rate_limit.acquired": ev.RateLimitAcquired,
+    "rate_limit.acquisition_failed": ev.RateLimitAcquisitionFailed,
+    "period.acquired": ev.PeriodAcquired,
+    "period.released": ev.PeriodReleased,
+    "period.acquisition_failed": ev.PeriodAcquisitionFailed,
+    "ordered_lock.acquired": ev.OrderedLockAcquired,
+    "ordered_lock.released": ev.OrderedLockReleased,
+    "ordered_lock.acquisition_failed": ev.OrderedLockAcquisitionFailed,
+}  # no "rate_limit.released": a charge is spent, there is nothing to give back
 
 
 def emitter(run: Run, step: str | None) -> Callable[..., None] | None:
@@ -39,7 +47,7 @@ def emitter(run: Run, step: str | None) -> Callable[..., None] | None:
         return None
 
     def emit(event: str, key: str, **fields: Any) -> None:
-        kind = _EVENTS.get(event)  # only lock and semaphore have events (so far)
+        kind = _EVENTS.get(event)
         if kind is not None:
             run.emit(kind, step, key=key, **fields)
 

@@ -19,6 +19,14 @@ __all__ = [
     "LockAcquired",
     "LockAcquisitionFailed",
     "LockReleased",
+    "OrderedLockAcquired",
+    "OrderedLockAcquisitionFailed",
+    "OrderedLockReleased",
+    "PeriodAcquired",
+    "PeriodAcquisitionFailed",
+    "PeriodReleased",
+    "RateLimitAcquired",
+    "RateLimitAcquisitionFailed",
     "ReactorCompleted",
     "ReactorFailed",
     "ReactorHalted",
@@ -242,6 +250,78 @@ class SemaphoreAcquisitionFailed(Event):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class RateLimitAcquired(Event):
+    """The execution was charged one call of rate limit ``key`` (a charge is spent: there is
+    no release)."""
+
+    name: ClassVar[str] = "rate_limit.acquired"
+    key: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RateLimitAcquisitionFailed(Event):
+    """A window of rate limit ``key`` was full (``error.retry_after`` says for how long)."""
+
+    name: ClassVar[str] = "rate_limit.acquisition_failed"
+    key: str = ""
+    error: Any = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PeriodAcquired(Event):
+    """The execution claimed the current bucket of period ``key``: its work is due."""
+
+    name: ClassVar[str] = "period.acquired"
+    key: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PeriodReleased(Event):
+    """The execution gave back its claim on period ``key`` (marking the bucket done if the
+    work succeeded)."""
+
+    name: ClassVar[str] = "period.released"
+    key: str = ""
+    lost: bool = False  # the claim had lapsed before the release: another may have run it
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PeriodAcquisitionFailed(Event):
+    """Another owner kept running this bucket of period ``key`` for the whole wait."""
+
+    name: ClassVar[str] = "period.acquisition_failed"
+    key: str = ""
+    error: Any = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OrderedLockAcquired(Event):
+    """The execution's position on ordered lock ``key`` got its turn."""
+
+    name: ClassVar[str] = "ordered_lock.acquired"
+    key: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OrderedLockReleased(Event):
+    """The execution passed its turn (or its place in line) on ordered lock ``key`` on."""
+
+    name: ClassVar[str] = "ordered_lock.released"
+    key: str = ""
+    lost: bool = False  # the turn had been skipped or fenced meanwhile: the release changed nothing
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OrderedLockAcquisitionFailed(Event):
+    """The turn on ordered lock ``key`` did not come within the wait (an earlier position
+    was still in flight)."""
+
+    name: ClassVar[str] = "ordered_lock.acquisition_failed"
+    key: str = ""
+    error: Any = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class StepParked(Event):
     """A step met contention in a worker: the execution parks (no failure) until ``until``
     (wall clock) or the release of ``key``, whichever comes first."""
@@ -322,6 +402,14 @@ ALL_EVENTS: tuple[type[Event], ...] = (
     SemaphoreAcquired,
     SemaphoreReleased,
     SemaphoreAcquisitionFailed,
+    RateLimitAcquired,
+    RateLimitAcquisitionFailed,
+    PeriodAcquired,
+    PeriodReleased,
+    PeriodAcquisitionFailed,
+    OrderedLockAcquired,
+    OrderedLockReleased,
+    OrderedLockAcquisitionFailed,
     StepParked,
     ReactorParked,
     StepPaused,

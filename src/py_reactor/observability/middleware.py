@@ -89,6 +89,30 @@ class Middleware:
     def on_semaphore_acquisition_failed(self, event: ev.SemaphoreAcquisitionFailed) -> None:
         """Every semaphore slot stayed taken for the whole wait."""
 
+    def on_rate_limit_acquired(self, event: ev.RateLimitAcquired) -> None:
+        """A rate limit was charged one call (there is no release)."""
+
+    def on_rate_limit_acquisition_failed(self, event: ev.RateLimitAcquisitionFailed) -> None:
+        """A rate limit's window was full."""
+
+    def on_period_acquired(self, event: ev.PeriodAcquired) -> None:
+        """A period's current bucket was claimed: the work is due."""
+
+    def on_period_released(self, event: ev.PeriodReleased) -> None:
+        """A period claim was given back."""
+
+    def on_period_acquisition_failed(self, event: ev.PeriodAcquisitionFailed) -> None:
+        """Another owner kept the period's bucket claimed for the whole wait."""
+
+    def on_ordered_lock_acquired(self, event: ev.OrderedLockAcquired) -> None:
+        """An ordered lock position got its turn."""
+
+    def on_ordered_lock_released(self, event: ev.OrderedLockReleased) -> None:
+        """An ordered lock turn (or place in line) was passed on."""
+
+    def on_ordered_lock_acquisition_failed(self, event: ev.OrderedLockAcquisitionFailed) -> None:
+        """An ordered lock turn did not come within the wait."""
+
     def on_step_parked(self, event: ev.StepParked) -> None:
         """A step met contention in a worker; the execution parks instead of failing."""
 
@@ -133,6 +157,14 @@ HOOKS: dict[type[ev.Event], str] = {
     ev.SemaphoreAcquired: "on_semaphore_acquired",
     ev.SemaphoreReleased: "on_semaphore_released",
     ev.SemaphoreAcquisitionFailed: "on_semaphore_acquisition_failed",
+    ev.RateLimitAcquired: "on_rate_limit_acquired",
+    ev.RateLimitAcquisitionFailed: "on_rate_limit_acquisition_failed",
+    ev.PeriodAcquired: "on_period_acquired",
+    ev.PeriodReleased: "on_period_released",
+    ev.PeriodAcquisitionFailed: "on_period_acquisition_failed",
+    ev.OrderedLockAcquired: "on_ordered_lock_acquired",
+    ev.OrderedLockReleased: "on_ordered_lock_released",
+    ev.OrderedLockAcquisitionFailed: "on_ordered_lock_acquisition_failed",
     ev.StepParked: "on_step_parked",
     ev.ReactorParked: "on_reactor_parked",
     ev.StepPaused: "on_step_paused",

@@ -254,7 +254,7 @@ class OpenTelemetryMiddleware(Middleware, HandoffHooks):
         return found
 
     def _coordination_frame(self, event: ev.Event, *, opening: bool) -> _Frame | None:
-        """Where a lock or semaphore event belongs: the span of its step (compensate and undo
+        """Where a coordination event belongs: the span of its step (compensate and undo
         included), else the reactor's. An acquisition (``opening``) for a step with no open
         span opens the step's span: coordination is taken before ``StepStarted``."""
         execution = event.execution_id
@@ -461,6 +461,65 @@ class OpenTelemetryMiddleware(Middleware, HandoffHooks):
         if frame is not None:
             frame.span.add_event(event.name, {"key": event.key, "error": str(event.error)})
 
+    def on_rate_limit_acquired(self, event: ev.RateLimitAcquired) -> None:
+        """The rate limit's key on the span of the step (or reactor) it was charged to; a charge
+        has no release, so it is not counted as a hold the reactor span waits for."""
+        frame = self._coordination_frame(event, opening=True)
+        if frame is not None:
+            frame.span.set_attribute("py_reactor.rate_limit.key", event.key)
+            frame.span.add_event(event.name, {"key": event.key})
+
+    def on_rate_limit_acquisition_failed(self, event: ev.RateLimitAcquisitionFailed) -> None:
+        """A span event naming the full rate limit."""
+        self._refused(event, event.key, event.error)
+
+    def on_period_acquired(self, event: ev.PeriodAcquired) -> None:
+        """The period's key on the span of the step (or reactor) that claimed its bucket."""
+        self._acquired(event, "period", event.key)
+
+    def on_period_released(self, event: ev.PeriodReleased) -> None:
+        """A span event; ``py_reactor.period.lost`` when the claim had lapsed first."""
+        self._given_back(event, "period", event.key, event.lost)
+
+    def on_period_acquisition_failed(self, event: ev.PeriodAcquisitionFailed) -> None:
+        """A span event naming the period whose bucket another owner runs."""
+        self._refused(event, event.key, event.error)
+
+    def on_ordered_lock_acquired(self, event: ev.OrderedLockAcquired) -> None:
+        """The ordered lock's key on the span of the step (or reactor) whose turn came."""
+        self._acquired(event, "ordered_lock", event.key)
+
+    def on_ordered_lock_released(self, event: ev.OrderedLockReleased) -> None:
+        """A span event; ``py_reactor.ordered_lock.lost`` when the turn had been skipped."""
+        self._given_back(event, "ordered_lock", event.key, event.lost)
+
+    def on_ordered_lock_acquisition_failed(self, event: ev.OrderedLockAcquisitionFailed) -> None:
+        """A span event naming the ordered lock whose turn did not come."""
+        self._refused(event, event.key, event.error)
+
+    def _acquired(self, event: ev.Event, primitive: str, key: str) -> None:
+        """A hold taken: its key on the span holding it (counted on a reactor's span)."""
+        frame = self._coordination_frame(event, opening=True)
+        if frame is not None:
+            self._held(event, frame)
+            frame.span.set_attribute(f"py_reactor.{primitive}.key", key)
+            frame.span.add_event(event.name, {"key": key})
+
+    def _given_back(self, event: ev.Event, primitive: str, key: str, lost: bool) -> None:
+        """A hold released: a span event, and ``py_reactor.<primitive>.lost`` if it lapsed."""
+        frame = self._coordination_frame(event, opening=False)
+        if frame is not None:
+            if lost:
+                frame.span.set_attribute(f"py_reactor.{primitive}.lost", True)
+            frame.span.add_event(event.name, {"key": key, "lost": lost})
+            self._released(event, frame)
+
+    def _refused(self, event: ev.Event, key: str, error: Any) -> None:
+        """A refused acquisition: a span event naming the key and the error."""
+        frame = self._coordination_frame(event, opening=True)
+        if frame is not None:
+            frame.span.add_event(event.name, {"key": key, "error": str(error)})
+
     # -- parks and dispatch -----------------------------------------------------------------
 
     def on_step_parked(self, event: ev.StepParked) -> None:
@@ -654,7 +713,7 @@ def _forget(registry: dict[Any, list[_Frame]], key: object, frame: _Frame) -> No
 
 
 def _reactor_level(event: ev.Event, frame: _Frame) -> bool:
-    """Whether a lock or semaphore event is about ``frame``'s own reactor-level hold."""
+    """Whether a coordination event is about ``frame``'s own reactor-level hold."""
     return (
         event.step is None and frame.kind == "reactor" and frame.execution_id == event.execution_id
     )

@@ -1,7 +1,8 @@
 """Step coordination as operators see it: events naming the step, located errors, the trace.
 
 Lock and semaphore events carry the key and the step that took it (``None`` at reactor level),
-on the way in, on the way out, when the key stays busy, and when rollback re-takes it. A step
+on the way in, on the way out, when the key stays busy, and when rollback re-takes it; so do
+the rate limit's, the period's and the ordered lock's (a rate limit has no release). A step
 whose work failed for good keeps its holds through its compensate: their release events come
 after it. A contention failure names reactor, step and key; the trace records which step held
 which key.
@@ -11,6 +12,8 @@ Parks and the dashboard do not exist in this port yet, so they are not covered h
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,6 +24,9 @@ from py_reactor import (
     FailureResult,
     Lock,
     Middleware,
+    OrderedLock,
+    Period,
+    RateLimit,
     Reactor,
     Semaphore,
     Step,
@@ -28,6 +34,8 @@ from py_reactor import (
     retries,
     step,
     with_lock,
+    with_ordered_lock,
+    with_period,
     with_rate_limit,
     with_semaphore,
 )
@@ -35,6 +43,8 @@ from py_reactor.engine.results import Outcome
 from py_reactor.errors import (
     CoordinationError,
     LockAcquisitionError,
+    OrderedLockWaitError,
+    RateLimitExceededError,
     SemaphoreAcquisitionError,
 )
 from py_reactor.observability import events as ev
@@ -379,6 +389,242 @@ def test_a_refused_rollback_retake_emits_a_failure_event_naming_the_step(
     # The forward holds only (one per attempt that took the lock), none for the rollback.
     assert len(rec.of(ev.LockAcquired)) == (1 if kind == "undo" else 2)
     assert lock_is_free(f"acct:{key}")
+
+
+# -- rate limit, period and ordered lock events -------------------------------------------------
+
+#: The hooks of the primitives other than lock and semaphore (a rate limit has no release).
+PRIMITIVE_HOOKS = (
+    "on_rate_limit_acquired",
+    "on_rate_limit_acquisition_failed",
+    "on_period_acquired",
+    "on_period_released",
+    "on_period_acquisition_failed",
+    "on_ordered_lock_acquired",
+    "on_ordered_lock_released",
+    "on_ordered_lock_acquisition_failed",
+)
+
+
+class PrimitiveHooks(Middleware):
+    """Hears the rate limit, period and ordered lock hooks, and the step's start and end."""
+
+    def __init__(self) -> None:
+        self.heard: list[tuple[str, Any]] = []
+
+    def hooks(self) -> list[tuple[str, str | None]]:
+        """(hook, the event's step) for everything heard, in order."""
+        return [(hook, event.step) for hook, event in self.heard]
+
+    def of(self, hook: str) -> list[Any]:
+        """The events ``hook`` received."""
+        return [event for heard, event in self.heard if heard == hook]
+
+
+def _hearing(hook: str) -> Any:
+    def hear(self: PrimitiveHooks, event: Any) -> None:
+        self.heard.append((hook, event))
+
+    return hear
+
+
+for _hook in (*PRIMITIVE_HOOKS, "on_step_started", "on_step_completed", "on_step_failed",
+              "on_step_skipped"):  # fmt: skip
+    setattr(PrimitiveHooks, _hook, _hearing(_hook))
+
+
+def primitive_hooks() -> PrimitiveHooks:
+    """A PrimitiveHooks, configured as the only middleware."""
+    heard = PrimitiveHooks()
+    configure(middleware=[heard])
+    return heard
+
+
+def line(args: Mapping[str, Any]) -> str:
+    return f"line:{args['account_id']}"
+
+
+def daily(args: Mapping[str, Any]) -> str:
+    return f"daily:{args['account_id']}"
+
+
+def api(args: Mapping[str, Any]) -> str:
+    return f"api:{args['account_id']}"
+
+
+@with_ordered_lock(line)
+@with_period(daily, every="day", wait=0)
+@with_rate_limit(api, limit=1, period="day")
+class Settle(ChargeWork):
+    """An ordered turn, a daily period and a rate limit of one a day on the account."""
+
+
+class Settlement(Reactor):
+    account_id: str
+    settle = step(Settle)
+    returns = "settle"
+
+
+@with_ordered_lock(line, wait=0)
+@with_period(daily, every="day", wait=0)
+@with_rate_limit(api, limit=1, period="day")
+class DailySettlement(Reactor):
+    """The same three primitives declared on the reactor (step None on their events)."""
+
+    account_id: str
+    settle = step(ChargeWork)
+    returns = "settle"
+
+
+@with_ordered_lock(line, wait=10)
+class InLine(ChargeWork):
+    """A strict ordered turn that waits for the positions before it."""
+
+
+class Queue(Reactor):
+    account_id: str
+    settle = step(InLine)
+
+
+#: One coordinated run: the ordered turn first (for all attempts), then period and rate limit
+#: around the attempt; the period released before the step completes, the turn after.
+SETTLED = [
+    ("on_ordered_lock_acquired", "settle"),
+    ("on_period_acquired", "settle"),
+    ("on_rate_limit_acquired", "settle"),
+    ("on_step_started", "settle"),
+    ("on_period_released", "settle"),
+    ("on_step_completed", "settle"),
+    ("on_ordered_lock_released", "settle"),
+]
+
+
+def _assert_attributed(heard: PrimitiveHooks, key: str, outcome: Outcome, step: str | None) -> None:
+    """Every primitive event names its step, its key and the run's execution."""
+    prefixes = {"ordered_lock": "line", "period": "daily", "rate_limit": "api"}
+    for hook, event in heard.heard:
+        primitive = hook.removeprefix("on_").rsplit("_", 1)[0].removesuffix("_acquisition")
+        if primitive not in prefixes:
+            continue
+        assert event.key == f"{prefixes[primitive]}:{key}", (hook, event)
+        assert event.step == step, (hook, event)
+        assert event.execution_id == outcome.context.execution_id, (hook, event)
+
+
+def test_rate_limit_period_and_ordered_lock_steps_emit_acquired_and_released(key: str) -> None:
+    """A step's ordered turn, period claim and rate-limit charge are each reported as taken
+    (and, but for the rate limit, given back) with the step, the key and the execution."""
+    heard = primitive_hooks()
+    outcome = Settlement.run(account_id=key)
+    assert outcome.is_success, outcome
+    assert heard.hooks() == SETTLED
+    _assert_attributed(heard, key, outcome, "settle")
+    assert heard.of("on_period_released")[0].lost is False
+    assert heard.of("on_ordered_lock_released")[0].lost is False
+
+
+def test_rate_limit_period_and_ordered_lock_of_a_reactor_emit_with_step_none(key: str) -> None:
+    """Declared on the reactor, the same events come around the whole run with step None."""
+    heard = primitive_hooks()
+    outcome = DailySettlement.run(account_id=key)
+    assert outcome.is_success, outcome
+    assert heard.hooks() == [
+        ("on_ordered_lock_acquired", None),
+        ("on_period_acquired", None),
+        ("on_rate_limit_acquired", None),
+        ("on_step_started", "settle"),
+        ("on_step_completed", "settle"),
+        ("on_period_released", None),
+        ("on_ordered_lock_released", None),
+    ]
+    _assert_attributed(heard, key, outcome, None)
+
+
+@pytest.mark.parametrize("reactor", [Settlement, DailySettlement])
+def test_a_full_rate_limit_emits_its_refusal(reactor: type[Reactor], key: str) -> None:
+    """A rate limit with no call left refuses: the event carries the very error, with
+    retry_after, and names step (None on the reactor), key and execution."""
+    RateLimit(f"api:{key}", limit=1, period="day").acquire()
+    heard = primitive_hooks()
+    outcome = reactor.run(account_id=key)
+    assert isinstance(outcome, FailureResult), outcome
+    step_name = "settle" if reactor is Settlement else None
+    (refused,) = heard.of("on_rate_limit_acquisition_failed")
+    assert refused.error is outcome.error
+    assert isinstance(refused.error, RateLimitExceededError)
+    assert refused.error.retry_after > 0
+    assert heard.of("on_rate_limit_acquired") == []
+    _assert_attributed(heard, key, outcome, step_name)
+
+
+@pytest.mark.parametrize("reactor", [Settlement, DailySettlement])
+def test_a_busy_period_claim_emits_its_refusal(reactor: type[Reactor], key: str) -> None:
+    """Another owner runs this bucket (wait=0): the refusal names step, key and execution,
+    and the ordered turn taken before it is given back."""
+    claim = Period(f"daily:{key}", every="day").claim(owner="another-runner")
+    try:
+        heard = primitive_hooks()
+        outcome = reactor.run(account_id=key)
+    finally:
+        claim.release(mark=False)
+    assert isinstance(outcome, FailureResult), outcome
+    step_name = "settle" if reactor is Settlement else None
+    (refused,) = heard.of("on_period_acquisition_failed")
+    assert refused.error is outcome.error
+    assert [hook for hook, _ in heard.hooks() if hook.startswith("on_period")] == [
+        "on_period_acquisition_failed"
+    ]
+    assert heard.of("on_ordered_lock_released") != []
+    _assert_attributed(heard, key, outcome, step_name)
+
+
+@pytest.mark.parametrize("reactor", [Settlement, DailySettlement])
+def test_an_ordered_turn_not_come_emits_its_refusal(reactor: type[Reactor], key: str) -> None:
+    """An earlier position is in flight and the run does not wait: the refusal carries the
+    error and names step, key and execution; nothing after the turn is taken."""
+    ahead = OrderedLock(f"line:{key}")
+    first = ahead.take_position()
+    try:
+        heard = primitive_hooks()
+        outcome = reactor.run(account_id=key)
+    finally:
+        ahead.abandon(first)
+    assert isinstance(outcome, FailureResult), outcome
+    step_name = "settle" if reactor is Settlement else None
+    (refused,) = heard.of("on_ordered_lock_acquisition_failed")
+    assert refused.error is outcome.error
+    assert isinstance(refused.error, OrderedLockWaitError)
+    assert [hook for hook, _ in heard.hooks() if hook in PRIMITIVE_HOOKS] == [
+        "on_ordered_lock_acquisition_failed"
+    ]
+    _assert_attributed(heard, key, outcome, step_name)
+
+
+def test_a_short_circuited_turn_is_reported_taken_and_passed_on(key: str) -> None:
+    """The position before fails (strict): the run's turn comes short-circuited and the step is
+    skipped; the turn is still reported acquired, and released once the step has ended."""
+    ahead = OrderedLock(f"line:{key}")
+    first = ahead.wait_turn(ahead.take_position())
+    heard = primitive_hooks()
+    ended: list[Outcome] = []
+    runner = threading.Thread(target=lambda: ended.append(Queue.run(account_id=key)))
+    runner.start()
+    try:
+        deadline = time.monotonic() + 10
+        while ahead.state().in_flight < 2:  # the run took its place in line behind ``first``
+            assert time.monotonic() < deadline, "the run never took its position"
+            time.sleep(0.005)
+    finally:
+        first.release(failed=True)
+        runner.join(10)
+    [outcome] = ended
+    assert outcome.is_success, outcome
+    assert heard.hooks() == [
+        ("on_ordered_lock_acquired", "settle"),
+        ("on_step_skipped", "settle"),
+        ("on_ordered_lock_released", "settle"),
+    ]
+    _assert_attributed(heard, key, outcome, "settle")
 
 
 # -- the contention failure outcome ------------------------------------------------------------
