@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 
 import redis
 
+from py_reactor.coordination.owner import HeldBy
 from py_reactor.coordination.store import (
     LockInfo,
     LockReply,
@@ -46,9 +47,15 @@ class StoreProxy:
         self.description = inner.description
 
     def lock_acquire(
-        self, key: str, owner: str, ttl_ms: int, *, waiter: WaitTicket | None = None
+        self,
+        key: str,
+        owner: str,
+        ttl_ms: int,
+        *,
+        waiter: WaitTicket | None = None,
+        by: HeldBy | None = None,
     ) -> LockReply:
-        return self.inner.lock_acquire(key, owner, ttl_ms, waiter=waiter)
+        return self.inner.lock_acquire(key, owner, ttl_ms, waiter=waiter, by=by)
 
     def lock_release(self, key: str, owner: str, token: int) -> int:
         return self.inner.lock_release(key, owner, token)
@@ -60,9 +67,16 @@ class StoreProxy:
         return self.inner.lock_state(key)
 
     def semaphore_acquire(
-        self, key: str, owner: str, limit: int, lease_ms: int, *, waiter: WaitTicket | None = None
+        self,
+        key: str,
+        owner: str,
+        limit: int,
+        lease_ms: int,
+        *,
+        waiter: WaitTicket | None = None,
+        by: HeldBy | None = None,
     ) -> LockReply:
-        return self.inner.semaphore_acquire(key, owner, limit, lease_ms, waiter=waiter)
+        return self.inner.semaphore_acquire(key, owner, limit, lease_ms, waiter=waiter, by=by)
 
     def semaphore_release(self, key: str, owner: str) -> int:
         return self.inner.semaphore_release(key, owner)

@@ -144,6 +144,23 @@ class Branches(Reactor):
         return _gated(f"{key}-right")
 
 
+@with_lock(lambda args: f"outer:{args['key']}", ttl=30)
+class InCaller(Reactor):
+    """Runs in the caller (no ``@background``, so it is never stored): a reactor-level lock, and
+    a step under a lock and a semaphore slot (waiting to be handed them if they are busy) that
+    runs until its gate opens."""
+
+    key: str
+
+    @step
+    @with_lock(lambda args: args["key"], ttl=30, wait=10)
+    @with_semaphore(lambda args: f"pool:{args['key']}", limit=2, lease=30, wait=10)
+    def hold(key: str) -> str:
+        return _gated(key)
+
+    returns = "hold"
+
+
 def _gated(name: str) -> str:
     STARTED[name].set()
     if not GATES[name].wait(20):

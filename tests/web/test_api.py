@@ -20,7 +20,7 @@ import pytest
 from starlette.applications import Starlette
 from starlette.routing import Mount
 
-from py_reactor import Lock
+from py_reactor import Lock, Semaphore
 from py_reactor.web import app
 from py_reactor.web._csrf import COOKIE, Tokens
 from py_reactor.web.cli import add_dashboard_command, run_dashboard
@@ -293,6 +293,53 @@ def test_the_holds_of_parallel_branches_belong_to_their_execution(key: str) -> N
         for name in names:
             r.GATES[name].set()
     assert out.wait(timeout=10).is_success
+
+
+@pytest.mark.parametrize("handed", [False, True], ids=["taken", "handed"])
+def test_the_holds_of_a_step_running_in_the_caller_name_its_step_and_execution(
+    key: str, handed: bool
+) -> None:
+    """A run in the caller is never stored, yet while its step runs /api/holds names the
+    execution and the step of its lock and semaphore slot (and the reactor's own lock), read
+    from the hold records in the store: whether it took them, or queued and was handed them by
+    a release."""
+    r.GATES[key], r.STARTED[key] = threading.Event(), threading.Event()
+    blockers = []
+    if handed:  # the step's lock and both slots are taken: the run queues for them
+        blockers.append(Lock(key, owner="test-holder", ttl=30).acquire())
+        for n in range(2):
+            blockers.append(Semaphore(f"pool:{key}", limit=2, owner=f"test-{n}").acquire())
+    ended: list[Any] = []
+    runner = threading.Thread(target=lambda: ended.append(r.InCaller.run(key=key)))
+    runner.start()
+    try:
+        if handed:
+            until(lambda: Lock(key).state().waiters == 1, "the run queued for the lock")
+            blockers.pop(0).release()
+            slots = Semaphore(f"pool:{key}", limit=2)
+            until(lambda: slots.state().waiters == 1, "the run queued for a slot")
+            blockers.pop(0).release()
+        assert r.STARTED[key].wait(10)
+        state = client(app()).get("/api/holds").json()
+    finally:
+        r.GATES[key].set()
+        for blocker in blockers:
+            blocker.release()
+        runner.join(10)
+    [outcome] = ended
+    assert outcome.is_success, outcome
+    assert status_of(outcome.execution_id) is None  # not stored: only the holds tell
+    run = outcome.execution_id
+    holds = {(h["primitive"], h["key"]): h for h in state["holds"] if h["owner"] == run}
+    assert {where: (h["scope"], h["step"], h["execution_id"]) for where, h in holds.items()} == {
+        ("lock", f"outer:{key}"): ("reactor", None, run),
+        ("lock", key): ("step", "hold", run),
+        ("semaphore", f"pool:{key}"): ("step", "hold", run),
+    }
+    assert holds[("lock", key)]["fencing_token"] > 0
+    assert holds[("lock", key)]["live"] is True
+    [semaphore] = [s for s in state["semaphores"] if s["key"] == f"pool:{key}"]
+    assert [h["execution_id"] for h in semaphore["holders"] if h["owner"] == run] == [run]
 
 
 def test_holds_kept_across_a_park_come_from_the_stored_ledger(key: str) -> None:

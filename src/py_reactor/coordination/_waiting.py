@@ -15,7 +15,7 @@ import contextlib
 import time
 from collections.abc import Callable
 
-from py_reactor.coordination.owner import new_owner
+from py_reactor.coordination.owner import HeldBy, new_owner
 from py_reactor.coordination.store import LockReply, Store, WaitTicket
 
 __all__ = ["new_ticket", "new_waiter", "sleep_for", "wait_to_take"]
@@ -36,9 +36,12 @@ def new_waiter() -> str:
     return new_owner()
 
 
-def new_ticket(primitive: str, key: str, owner: str, ttl_ms: int, wait: float) -> WaitTicket:
-    """A fresh ticket for a waiter on ``key`` that stays queued ``wait`` seconds."""
-    return WaitTicket(primitive, key, new_waiter(), owner, ttl_ms, max(1, int(wait * 1000)))
+def new_ticket(
+    primitive: str, key: str, owner: str, ttl_ms: int, wait: float, by: HeldBy | None = None
+) -> WaitTicket:
+    """A fresh ticket for a waiter on ``key`` that stays queued ``wait`` seconds (for ``by``)."""
+    wait_ms = max(1, int(wait * 1000))
+    return WaitTicket(primitive, key, new_waiter(), owner, ttl_ms, wait_ms, by=by)
 
 
 def sleep_for(remaining: float, busy_for_ms: int) -> float:
@@ -57,6 +60,7 @@ def wait_to_take(
     ttl_ms: int,
     wait: float,
     give_back: Callable[[int], object],
+    by: HeldBy | None = None,
 ) -> LockReply | None:
     """Take ``key``, waiting up to ``wait`` seconds (> 0) to be handed it if it is busy.
 
@@ -69,7 +73,7 @@ def wait_to_take(
     stranded until its ttl with an owner who no longer wants it.
     """
     deadline = time.monotonic() + wait
-    ticket = new_ticket(primitive, key, owner, ttl_ms, wait)
+    ticket = new_ticket(primitive, key, owner, ttl_ms, wait, by)
     try:
         return _wait(store, attempt, ticket, deadline)
     except BaseException:

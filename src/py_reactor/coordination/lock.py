@@ -19,7 +19,7 @@ from py_reactor.config import options as opt
 from py_reactor.coordination._base import Acquirable, Hold
 from py_reactor.coordination._extender import keep_alive, remember
 from py_reactor.coordination._waiting import wait_to_take
-from py_reactor.coordination.owner import owner_or_new
+from py_reactor.coordination.owner import owner_or_new, running_held_by
 from py_reactor.coordination.store import LockReply, Store, WaitTicket
 from py_reactor.errors import LockAcquisitionError
 
@@ -92,17 +92,18 @@ class Lock(Acquirable["LockHold"]):
         owner = owner_or_new(self.owner)
         wait = self.wait if wait is None else opt.check_non_negative(repr(self), "wait", wait)
         store, key, ttl_ms = self.store, self.key, self._ttl_ms
+        by = running_held_by()  # the execution and step a scope takes it for, if any
         if wait <= 0:
-            reply = store.lock_acquire(key, owner, ttl_ms)
+            reply = store.lock_acquire(key, owner, ttl_ms, by=by)
             taken: LockReply | None = reply if reply.held else None
         else:  # one call when free; a busy lock queues us in that same call
 
             def attempt(waiter: WaitTicket) -> LockReply:
-                return store.lock_acquire(key, owner, ttl_ms, waiter=waiter)
+                return store.lock_acquire(key, owner, ttl_ms, waiter=waiter, by=by)
 
             taken = wait_to_take(
                 store, "lock", key, attempt, owner=owner, ttl_ms=ttl_ms, wait=wait,
-                give_back=lambda token: store.lock_release(key, owner, token),
+                give_back=lambda token: store.lock_release(key, owner, token), by=by,
             )  # fmt: skip
         if taken is None:
             raise self._busy(wait)

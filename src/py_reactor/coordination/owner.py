@@ -9,6 +9,11 @@ A ``@parallel`` reactor runs each branch (one step) in a thread of its own, unde
 derived from the execution's: ``"<root id>/<step>"`` (``branch_owner``). The store then keeps
 sibling branches apart like two executions, while ``encloses`` tells a scope which holds of the
 tree are its own or an ancestor's (the reactor's, taken under the root id), to re-enter.
+
+While a scope of the engine takes its holds it also binds *who* takes them (``bind_held_by``):
+the execution and the step. A lock or semaphore writes that into its hold record in the store,
+so that a reader of the store alone (the dashboard) names the step of a live hold, even of a
+run that is never stored (one in the caller).
 """
 
 from __future__ import annotations
@@ -20,9 +25,11 @@ import threading
 import uuid
 from collections.abc import Iterator
 from contextvars import ContextVar, Token
-from typing import Any
+from typing import Any, NamedTuple
 
 __all__ = [
+    "HeldBy",
+    "bind_held_by",
     "bind_owner",
     "branch_owner",
     "encloses",
@@ -30,7 +37,9 @@ __all__ = [
     "owner_or_new",
     "owning",
     "related",
+    "running_held_by",
     "running_owner",
+    "unbind_held_by",
     "unbind_owner",
 ]
 
@@ -125,3 +134,33 @@ def encloses(outer: str, inner: str) -> bool:
 def related(one: str, other: str) -> bool:
     """Whether two owners are on one line of descent (neither is a sibling's branch)."""
     return encloses(one, other) or encloses(other, one)
+
+
+class HeldBy(NamedTuple):
+    """Which execution took a hold, and for which of its steps (None: the reactor itself)."""
+
+    execution_id: str
+    step: str | None = None
+
+
+# Who takes the holds being taken in this thread right now (a scope of the engine), and that
+# thread: like the owner, never read in another thread that copied the context.
+_held_by: ContextVar[tuple[HeldBy, int] | None] = ContextVar("py_reactor_held_by", default=None)
+
+
+def bind_held_by(by: HeldBy) -> Token[tuple[HeldBy, int] | None]:
+    """Name ``by`` in the holds taken in this thread; undo with the token."""
+    return _held_by.set((by, threading.get_ident()))
+
+
+def unbind_held_by(token: Token[tuple[HeldBy, int] | None]) -> None:
+    """Restore what ``bind_held_by`` replaced."""
+    _held_by.reset(token)
+
+
+def running_held_by() -> HeldBy | None:
+    """Who takes the holds taken in this thread now, if a scope said so."""
+    bound = _held_by.get()
+    if bound is None or bound[1] != threading.get_ident():
+        return None
+    return bound[0]

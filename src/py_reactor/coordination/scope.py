@@ -34,7 +34,14 @@ from typing import Any
 from py_reactor.coordination.declarations import ORDER, Declaration
 from py_reactor.coordination.gates import Answer, Busy, Entered, Gate, gate_for
 from py_reactor.coordination.holds import HELD, WAITING, HoldRecord, Ledger
-from py_reactor.coordination.owner import encloses, owning, running_owner
+from py_reactor.coordination.owner import (
+    HeldBy,
+    bind_held_by,
+    encloses,
+    owning,
+    running_owner,
+    unbind_held_by,
+)
 from py_reactor.errors import CoordinationError, CoordinationKeyError
 
 __all__ = ["STAGES", "Admission", "Scope", "compute_key"]
@@ -112,12 +119,15 @@ class Scope:
         emit: reports acquisitions and releases (``lock.acquired``...) to middleware.
         wait: overrides every declaration's ``wait`` (0: answer busy at once, as a worker that
             parks instead of waiting does).
+        by: the execution and step the holds are taken for, written with each lock and
+            semaphore hold in the store (None: not named, a call outside the engine).
     """
 
     __slots__ = (
         "_gates",
         "_keys",
         "_taking",
+        "by",
         "declarations",
         "emit",
         "holder",
@@ -141,8 +151,10 @@ class Scope:
         emit: Emit | None = None,
         wait: float | None = None,
         recovered: bool = False,
+        by: HeldBy | None = None,
     ) -> None:
         self.declarations = declarations
+        self.by = by
         self.recovered = recovered  # the run resumes a dead runner's: see _shed_leftovers
         self.reactor = reactor
         self.step = step
@@ -187,6 +199,7 @@ class Scope:
         Raises:
             CoordinationError: contention, a refused rate limit, or an unreachable store.
         """
+        named = None if self.by is None else bind_held_by(self.by)
         try:
             return self._enter()
         except CoordinationError as exc:
@@ -196,6 +209,9 @@ class Scope:
         except BaseException:
             self._give_back(parking)
             raise
+        finally:
+            if named is not None:
+                unbind_held_by(named)
 
     def _give_back(self, parking: bool) -> None:
         if parking:

@@ -16,7 +16,7 @@ from py_reactor.config import options as opt
 from py_reactor.coordination._base import Acquirable, Hold
 from py_reactor.coordination._extender import keep_alive
 from py_reactor.coordination._waiting import wait_to_take
-from py_reactor.coordination.owner import owner_or_new
+from py_reactor.coordination.owner import owner_or_new, running_held_by
 from py_reactor.coordination.store import LockReply, Store, WaitTicket
 from py_reactor.errors import SemaphoreAcquisitionError
 
@@ -78,17 +78,18 @@ class Semaphore(Acquirable["SemaphoreHold"]):
         owner = owner_or_new(self.owner)
         wait = self.wait if wait is None else opt.check_non_negative(repr(self), "wait", wait)
         store, key, limit, lease_ms = self.store, self.key, self.limit, self._lease_ms
+        by = running_held_by()  # the execution and step a scope takes it for, if any
         if wait <= 0:
-            reply = store.semaphore_acquire(key, owner, limit, lease_ms)
+            reply = store.semaphore_acquire(key, owner, limit, lease_ms, by=by)
             taken: LockReply | None = reply if reply.held else None
         else:  # one call when a slot is free; a full semaphore queues us in that same call
 
             def attempt(waiter: WaitTicket) -> LockReply:
-                return store.semaphore_acquire(key, owner, limit, lease_ms, waiter=waiter)
+                return store.semaphore_acquire(key, owner, limit, lease_ms, waiter=waiter, by=by)
 
             taken = wait_to_take(
                 store, "semaphore", key, attempt, owner=owner, ttl_ms=lease_ms, wait=wait,
-                give_back=lambda _: store.semaphore_release(key, owner),
+                give_back=lambda _: store.semaphore_release(key, owner), by=by,
             )  # fmt: skip
         if taken is None:
             waited = f"after waiting {wait:g} s" if wait > 0 else "(wait=0: did not wait)"

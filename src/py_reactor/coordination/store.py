@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, NamedTuple, Protocol, runtime_checkable
 
+from py_reactor.coordination.owner import HeldBy
+
 __all__ = [
     "ORDERED_ABANDONED",
     "ORDERED_DRAINED",
@@ -46,6 +48,8 @@ class WaitTicket(NamedTuple):  # a tuple: made on every acquire that may wait, s
         wait_ms: how long the waiter stays queued (server ms from the attempt).
         queued: an earlier attempt queued this ticket already, so a release may have handed
             it the key since; the first queued attempt skips looking.
+        by: the execution and step the hold is taken for (written with the hold when it is
+            handed over), None outside an execution.
     """
 
     primitive: str
@@ -55,6 +59,7 @@ class WaitTicket(NamedTuple):  # a tuple: made on every acquire that may wait, s
     ttl_ms: int
     wait_ms: int
     queued: bool = False
+    by: HeldBy | None = None
 
 
 @dataclass(slots=True)  # not frozen: one is made per acquire, and frozen ones cost more
@@ -76,13 +81,15 @@ class LockReply:
 
 @dataclass(frozen=True, slots=True)
 class LockInfo:
-    """A lock's state: owner (None when free), nesting count, token, ms left, waiters."""
+    """A lock's state: owner (None when free), nesting count, token, ms left, waiters, and the
+    execution and step the hold was taken for (None: not named, e.g. taken outside one)."""
 
     owner: str | None
     count: int
     token: int
     pttl_ms: int  # <= 0 when not held
     waiters: int
+    by: HeldBy | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,10 +179,16 @@ class Store(Protocol):
     # -- lock ------------------------------------------------------------------------------
 
     def lock_acquire(
-        self, key: str, owner: str, ttl_ms: int, *, waiter: WaitTicket | None = None
+        self,
+        key: str,
+        owner: str,
+        ttl_ms: int,
+        *,
+        waiter: WaitTicket | None = None,
+        by: HeldBy | None = None,
     ) -> LockReply:
         """Take lock ``key`` for ``owner`` (re-entrant); if it is busy and ``waiter`` is
-        given, queue that ticket for it in the same call."""
+        given, queue that ticket for it in the same call. A fresh hold records ``by``."""
         ...
 
     def lock_release(self, key: str, owner: str, token: int) -> int:
@@ -194,10 +207,17 @@ class Store(Protocol):
     # -- semaphore -------------------------------------------------------------------------
 
     def semaphore_acquire(
-        self, key: str, owner: str, limit: int, lease_ms: int, *, waiter: WaitTicket | None = None
+        self,
+        key: str,
+        owner: str,
+        limit: int,
+        lease_ms: int,
+        *,
+        waiter: WaitTicket | None = None,
+        by: HeldBy | None = None,
     ) -> LockReply:
         """Take one of ``limit`` slots for ``owner`` (re-entrant); if all are taken and
-        ``waiter`` is given, queue that ticket in the same call."""
+        ``waiter`` is given, queue that ticket in the same call. A fresh slot records ``by``."""
         ...
 
     def semaphore_release(self, key: str, owner: str) -> int:

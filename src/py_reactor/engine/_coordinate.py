@@ -17,11 +17,12 @@ from types import MappingProxyType
 from typing import Any
 
 from py_reactor.coordination.declarations import Declaration
+from py_reactor.coordination.owner import HeldBy
 from py_reactor.coordination.scope import Admission, Scope
 from py_reactor.engine.run import Run
 from py_reactor.observability import events as ev
 
-__all__ = ["StepGate", "emitter", "rollback_scope"]
+__all__ = ["StepGate", "emitter", "held_by", "rollback_scope"]
 
 _EVENTS: dict[str, type[ev.Event]] = {
     "lock.acquired": ev.LockAcquired,
@@ -54,6 +55,14 @@ def emitter(run: Run, step: str | None) -> Callable[..., None] | None:
     return emit
 
 
+def held_by(run: Run, step: str | None) -> HeldBy:
+    """Who the holds of ``step`` (None: the reactor's own) are taken for, as the store records
+    them: the root execution, and the step's dotted path from it (``"child.charge"``; ``"child"``
+    for a composed child's own coordination), as parks name it."""
+    path = (run.prefix + step) if step is not None else (run.prefix.rstrip(".") or None)
+    return HeldBy(run.root.execution_id, path)
+
+
 class StepGate:
     """The coordination one step takes: its ordered turn once, the rest per attempt.
 
@@ -84,6 +93,7 @@ class StepGate:
                 emit=emitter(run, step),
                 wait=0 if parking else wait,
                 recovered=run.worker is not None and run.worker.recovered,
+                by=held_by(run, step),
             )
 
         ordered = {n: d for n, d in declarations.items() if n == "ordered_lock"}
@@ -176,4 +186,5 @@ def rollback_scope(
         # Apart from the step's own holds: a failed step's kept holds are released on their own.
         holder=run.context.holder(step) + "/rollback",
         emit=emitter(run, step),
+        by=held_by(run, step),
     )

@@ -1,6 +1,6 @@
 """A map step's elements as executions of their own: ``map_step(..., fan_out=True)``.
 
-Each element is dispatched exactly as an ``async_reactor`` unit is (``engine._async``): an
+Each element is dispatched exactly as an ``async_reactor`` unit is (``engine.async_units``): an
 execution of its own, run by a worker (the thread worker, or Celery), whose id is derived from
 the run's id and ``"<step>[<i>]"`` (so a run that dispatches again after a crash sends nothing
 twice) and which takes its own coordination under its own owner (that id). The map step keeps

@@ -16,7 +16,7 @@ from py_reactor.coordination.scope import Admission, Scope
 from py_reactor.dsl.declaration import StepKind
 from py_reactor.dsl.reactor import Reactor, StepPlan
 from py_reactor.dsl.registry import class_path
-from py_reactor.engine._coordinate import emitter
+from py_reactor.engine._coordinate import emitter, held_by
 from py_reactor.engine._park import park_or_fail, store_outage
 from py_reactor.engine.async_units import DEFERRED, await_inputs, await_units, dispatch_unit
 from py_reactor.engine.compensation import rollback
@@ -165,6 +165,7 @@ def _coordinated(cls: type[Reactor], run: Run) -> Outcome:
             emit=emitter(run, None),
             wait=0 if run.worker is not None else None,
             recovered=run.worker is not None and run.worker.recovered,
+            by=held_by(run, None),
         )
         admission = scope.enter(parking=run.worker is not None)
     except CoordinationError as exc:

@@ -5,14 +5,19 @@ key); ``storage.redis`` asks this module for the names a script touches and pass
 ``KEYS``. All the keys of one coordination key share a Redis Cluster hash tag, the user's key
 within braces, so each script of a primitive works within one slot::
 
-    py_reactor:lock:{<key>}:hold            hash  owner, count, token, waiting
-    py_reactor:lock:{<key>}:queue           zset  "<waiter>|<owner>|<ttl_ms>|<wait_ms>" by
-                                                  enqueue time (server us)
+    py_reactor:lock:{<key>}:hold            hash  owner, count, token, waiting, by
+    py_reactor:lock:{<key>}:queue           zset  "<waiter>|<by>|<owner>|<ttl_ms>|<wait_ms>"
+                                                  by enqueue time (server us)
     py_reactor:lock:{<key>}:wake:<waiter>   list  the token a release hands the waiter
     py_reactor:lock:{<key>}:parked          list  ids of executions parked on the key
     py_reactor:semaphore:{<key>}:holders    zset  owner -> lease end (server ms)
     py_reactor:semaphore:{<key>}:counts     hash  owner -> nesting count
+    py_reactor:semaphore:{<key>}:by         hash  owner -> by
     py_reactor:semaphore:{<key>}:queue|wake:<waiter>|parked   as for a lock
+
+``by`` names the execution and the step a hold was taken for (JSON ``[execution id, step]``,
+written by the acquire, or by the release that hands the key to a waiter); absent for a hold
+taken outside an execution.
     py_reactor:period:{<key>}:done:<bucket>     string  the bucket's work is done
     py_reactor:period:{<key>}:claim:<bucket>    hash    owner, bucket, expire_at, count
     py_reactor:period:{<key>}:waiters           zset    waiter -> server ms it waits until
@@ -117,6 +122,7 @@ class SemaphoreKeys(NamedTuple):
     queue: str
     parked: str
     wake: str
+    by: str
 
 
 class PeriodKeys(NamedTuple):
@@ -152,7 +158,7 @@ def semaphore(key: str) -> SemaphoreKeys:
     """The keys of semaphore ``key``."""
     base = _base("semaphore", key)
     return SemaphoreKeys(f"{base}:holders", f"{base}:counts", f"{base}:queue", f"{base}:parked",
-                         f"{base}:wake:")  # fmt: skip
+                         f"{base}:wake:", f"{base}:by")  # fmt: skip
 
 
 @lru_cache(maxsize=1024)

@@ -11,6 +11,7 @@ with EVALSHA, falling back to loading the script the first time a server has not
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 from collections.abc import Sequence
@@ -24,6 +25,7 @@ from redis.commands.core import Script
 from redis.retry import Retry
 
 from py_reactor.config.urls import EXAMPLE, redact, scrub, secrets_of
+from py_reactor.coordination.owner import HeldBy
 from py_reactor.coordination.store import (
     LockInfo,
     LockReply,
@@ -37,7 +39,7 @@ from py_reactor.coordination.store import (
 from py_reactor.errors import CoordinationError, StoreUnavailableError
 from py_reactor.storage import keys
 
-__all__ = ["CONNECT_TIMEOUT", "RedisStore", "lua_source"]
+__all__ = ["CONNECT_TIMEOUT", "RedisStore", "held_by", "lua_source"]
 
 #: Seconds to wait for a connection before reporting the store unreachable.
 CONNECT_TIMEOUT = 5.0
@@ -119,12 +121,18 @@ class RedisStore:
     # -- the Store protocol: one script, one round trip each (see coordination.store) ------
 
     def lock_acquire(
-        self, key: str, owner: str, ttl_ms: int, *, waiter: WaitTicket | None = None
+        self,
+        key: str,
+        owner: str,
+        ttl_ms: int,
+        *,
+        waiter: WaitTicket | None = None,
+        by: HeldBy | None = None,
     ) -> LockReply:
         k = keys.lock(key)
-        more_keys, more_args = _waiting(waiter, k.wake)
+        more_keys, member = _waiting(waiter, k.wake)
         held, count, token = self.run_script(
-            "lock_acquire", (k.hold, k.queue, *more_keys), (owner, ttl_ms, *more_args)
+            "lock_acquire", (k.hold, k.queue, *more_keys), (owner, ttl_ms, member, _by(by))
         )
         # {1, count, token} when held, {0, the holder's ms left, 0} when busy
         return LockReply(True, count, token) if held else LockReply(False, 0, 0, count)
@@ -143,18 +151,27 @@ class RedisStore:
 
     def lock_state(self, key: str) -> LockInfo:
         k = keys.lock(key)
-        owner, count, token, pttl, waiters = self.run_script("lock_state", (k.hold, k.queue), ())
-        return LockInfo(owner or None, int(count), int(token), int(pttl), int(waiters))
+        owner, count, token, pttl, waiters, by = self.run_script(
+            "lock_state", (k.hold, k.queue), ()
+        )
+        return LockInfo(owner or None, int(count), int(token), int(pttl), int(waiters), held_by(by))
 
     def semaphore_acquire(
-        self, key: str, owner: str, limit: int, lease_ms: int, *, waiter: WaitTicket | None = None
+        self,
+        key: str,
+        owner: str,
+        limit: int,
+        lease_ms: int,
+        *,
+        waiter: WaitTicket | None = None,
+        by: HeldBy | None = None,
     ) -> LockReply:
         k = keys.semaphore(key)
-        more_keys, more_args = _waiting(waiter, k.wake)
+        more_keys, member = _waiting(waiter, k.wake)
         held, count, _ = self.run_script(
             "semaphore_acquire",
-            (k.holders, k.counts, k.queue, *more_keys),
-            (owner, limit, lease_ms, *more_args),
+            (k.holders, k.counts, k.queue, k.by, *more_keys),
+            (owner, limit, lease_ms, member, _by(by)),
         )
         # {1, count, 0} when held, {0, ms until the soonest lease lapses, 0} when all are taken
         return LockReply(True, count, 0) if held else LockReply(False, 0, 0, count)
@@ -165,14 +182,16 @@ class RedisStore:
         return int(
             self.run_script(
                 "semaphore_release",
-                (k.holders, k.counts, k.queue, k.parked, keys.DUE, keys.READY),
+                (k.holders, k.counts, k.queue, k.by, k.parked, keys.DUE, keys.READY),
                 (owner,),
             )
         )
 
     def semaphore_extend(self, key: str, owner: str, lease_ms: int) -> bool:
         k = keys.semaphore(key)
-        return bool(self.run_script("semaphore_extend", (k.holders, k.counts), (owner, lease_ms)))
+        return bool(
+            self.run_script("semaphore_extend", (k.holders, k.counts, k.by), (owner, lease_ms))
+        )
 
     def semaphore_state(self, key: str) -> SemaphoreInfo:
         k = keys.semaphore(key)
@@ -371,23 +390,44 @@ class RedisStore:
         return f"<RedisStore {self.description}>"
 
 
-_Extra = tuple[tuple[str, ...], tuple[str, ...]]  # (more KEYS, more ARGV)
-_NOT_WAITING: _Extra = ((), ())
+_Extra = tuple[tuple[str, ...], str]  # (more KEYS, the queue member ARGV)
+_NOT_WAITING: _Extra = ((), "")
 
 
 def _waiting(waiter: WaitTicket | None, wake_prefix: str) -> _Extra:
     """What an acquire that may wait adds to its script call: its queue member (ARGV), and,
     once it has been queued, its wake list (KEYS), which a release may have handed it the key
-    on. A caller that will not wait adds nothing."""
+    on. A caller that will not wait adds no key and an empty member."""
     if waiter is None:
         return _NOT_WAITING
     more_keys = (wake_prefix + waiter.waiter,) if waiter.queued else ()
-    return more_keys, (_member(waiter),)
+    return more_keys, _member(waiter)
 
 
 def _member(ticket: WaitTicket) -> str:
-    """The ticket's member of its key's queue: ``<waiter>|<owner>|<ttl_ms>|<wait_ms>``."""
-    return f"{ticket.waiter}|{ticket.owner}|{ticket.ttl_ms}|{max(1, ticket.wait_ms)}"
+    """The ticket's member of its key's queue: ``<waiter>|<by>|<owner>|<ttl_ms>|<wait_ms>``
+    (``by`` holds no ``|``, see ``_by``; the owner may)."""
+    wait_ms = max(1, ticket.wait_ms)
+    return f"{ticket.waiter}|{_by(ticket.by)}|{ticket.owner}|{ticket.ttl_ms}|{wait_ms}"
+
+
+def _by(by: HeldBy | None) -> str:
+    """``by`` as a hold record stores it: JSON ``[execution id, step]`` with no ``|`` (a queue
+    member's separator; JSON reads the escape back), or ``""`` when no one is named."""
+    if by is None:
+        return ""
+    return json.dumps([by.execution_id, by.step], separators=(",", ":")).replace("|", "\\u007c")
+
+
+def held_by(text: str | None) -> HeldBy | None:
+    """The execution and step a hold record names (what ``_by`` wrote); None if it names none."""
+    if not text:
+        return None
+    try:
+        execution_id, step = json.loads(text)
+    except (ValueError, TypeError):
+        return None
+    return HeldBy(str(execution_id), None if step is None else str(step))
 
 
 _PERIOD: tuple[Literal["done", "due", "busy"], ...] = ("done", "due", "busy")

@@ -5,8 +5,10 @@ have not ended, each checked against the store's read-only scripts (``lock_state
 ``semaphore_state``, ``ordered_lock_state``, ``rate_limit_usage``) and, for what no script
 reports (a semaphore's holders, period markers and claims, ordered-lock heartbeats), plain
 reads of the key names ``storage.keys`` gives. Holds no ledger lists (a running step's, before
-its checkpoint; one taken in code or outside any execution) are found by one ``SCAN`` of
-py_reactor's namespace. The JSON shapes are documented in ``docs/operations.md``.
+its checkpoint, or one of a run in the caller, which is never stored; one taken in code or
+outside any execution) are found by one ``SCAN`` of py_reactor's namespace; a lock or semaphore
+hold names the execution and step it was taken for in the store itself. The JSON shapes are
+documented in ``docs/operations.md``.
 """
 
 from __future__ import annotations
@@ -18,10 +20,10 @@ from typing import Any
 from urllib.parse import unquote
 
 from py_reactor.coordination.holds import CHARGED, HELD, WAITING
-from py_reactor.coordination.owner import BRANCH_SEPARATOR
+from py_reactor.coordination.owner import BRANCH_SEPARATOR, HeldBy
 from py_reactor.storage import keys
 from py_reactor.storage.executions import StoredExecution
-from py_reactor.storage.redis import RedisStore
+from py_reactor.storage.redis import RedisStore, held_by
 from py_reactor.web import _declared
 from py_reactor.web._executions import live_executions, load_context, now_ms
 
@@ -239,15 +241,24 @@ class Reader:
     # -- holds found in the store only --------------------------------------------------------
 
     def _outside(
-        self, primitive: str, key: str, owner: str, executions: dict[str, StoredExecution]
+        self,
+        primitive: str,
+        key: str,
+        owner: str,
+        executions: dict[str, StoredExecution],
+        by: HeldBy | None = None,
     ) -> dict[str, Any]:
         """A hold found in the store that no ledger lists: taken by a running execution whose
-        ledger is not checkpointed yet (its step is named from the declarations), in a step
-        body, or outside any execution."""
+        ledger is not checkpointed yet, by a run in the caller (never stored), in a step body,
+        or outside any execution. The step is the one the hold record names (``by``), else
+        the one the declarations give."""
         execution_id = execution_of(owner, executions)
         stored = None if execution_id is None else executions[execution_id]
         scope, step = "outside", None
-        if stored is not None:
+        if by is not None:
+            scope, step = ("reactor", None) if by.step is None else ("step", by.step)
+            execution_id = execution_id or by.execution_id
+        elif stored is not None:
             context = load_context(stored)
             found = None if context is None else _declared.attribute(context, primitive, key)
             scope, step = found if found is not None else ("execution", None)
@@ -272,7 +283,7 @@ class Reader:
     def outside_lock(
         self, key: str, info: Any, executions: dict[str, StoredExecution]
     ) -> dict[str, Any]:
-        hold = self._outside("lock", key, info.owner, executions)
+        hold = self._outside("lock", key, info.owner, executions, info.by)
         hold.update(fencing_token=info.token, count=info.count, ttl_left=self._ttl(info.pttl_ms))
         return hold
 
@@ -282,7 +293,9 @@ class Reader:
         holder: dict[str, Any],
         executions: dict[str, StoredExecution],
     ) -> dict[str, Any]:
-        hold = self._outside("semaphore", semaphore["key"], holder["owner"], executions)
+        key, owner = semaphore["key"], holder["owner"]
+        by = held_by(self.client.hget(keys.semaphore(key).by, owner))
+        hold = self._outside("semaphore", key, owner, executions, by)
         hold.update(count=holder["count"], ttl_left=holder["lease_left"])
         return hold
 
@@ -321,10 +334,11 @@ class Reader:
         info = self.store.semaphore_state(key)
         leases = self.client.zrangebyscore(k.holders, f"({self.now_ms}", "+inf", withscores=True)
         counts = self.client.hgetall(k.counts)
+        named = self.client.hgetall(k.by)
         holders = [
             {
                 "owner": owner,
-                "execution_id": execution_of(owner, executions),
+                "execution_id": execution_of(owner, executions) or _named(named.get(owner)),
                 "count": int(counts.get(owner, 1)),
                 "lease_left": (score - self.now_ms) / 1000,
             }
@@ -471,6 +485,12 @@ class Reader:
                     counters = found.counters.setdefault((key, int(window)), {})
                     counters[int(index)] = str(name)
         return found
+
+
+def _named(text: str | None) -> str | None:
+    """The execution a hold record names (see ``storage.redis.held_by``), if any."""
+    by = held_by(text)
+    return None if by is None else by.execution_id
 
 
 def execution_of(owner: str, executions: Mapping[str, Any]) -> str | None:

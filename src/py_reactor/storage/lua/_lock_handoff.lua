@@ -2,14 +2,14 @@
 -- Needs _queue.
 -- hand_off(hold, queue, prev_token, t): give a free lock to the oldest waiter
 -- whose deadline has not passed, dropping the ones that gave up. The new hold gets count 1, a
--- fresh token (max(server us, prev_token + 1)), the waiter's ttl, and the "waiting" flag when
--- others still queue (callers pass a hold without the flag); the token is pushed to the
--- waiter's wake list (see wake_prefix).
+-- fresh token (max(server us, prev_token + 1)), the waiter's ttl and by, and the "waiting"
+-- flag when others still queue (callers pass a hold without the flag or a by); the token is
+-- pushed to the waiter's wake list (see wake_prefix).
 -- Returns the waiter handed the lock, or nil when nobody waits (the hold is left untouched).
 local function hand_off(hold, queue, prev_token, t)
   local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
   local now_ms = math.floor(now_us / 1000)
-  local waiter, owner, ttl, deadline = pop_live(queue, now_ms)
+  local waiter, owner, ttl, deadline, by = pop_live(queue, now_ms)
   if not waiter then
     return nil
   end
@@ -18,6 +18,9 @@ local function hand_off(hold, queue, prev_token, t)
     redis.call('HSET', hold, 'owner', owner, 'count', 1, 'token', token, 'waiting', 1)
   else
     redis.call('HSET', hold, 'owner', owner, 'count', 1, 'token', token)
+  end
+  if by ~= '' then
+    redis.call('HSET', hold, 'by', by)
   end
   redis.call('PEXPIRE', hold, ttl)
   local wake = wake_prefix(queue) .. waiter

@@ -1,11 +1,13 @@
 -- Take a re-entrant lock, or queue up to be handed it on release.
--- KEYS[1] hold      hash {owner, count, token, waiting}; owner absent = free. Expires after the
---                   holder's ttl; kept (without owner) after a release, so the token survives.
--- KEYS[2] queue     zset of waiters, member "<waiter>|<owner>|<ttl_ms>|<wait_ms>", score =
+-- KEYS[1] hold      hash {owner, count, token, waiting, by}; owner absent = free. Expires
+--                   after the holder's ttl; kept (without owner) after a release, so the token
+--                   survives.
+-- KEYS[2] queue     zset of waiters, member "<waiter>|<by>|<owner>|<ttl_ms>|<wait_ms>", score =
 --                   enqueue time (server us); see _queue
 -- KEYS[3] wake      the waiter's list a release pushes the token to: passed only when retrying
 --                   after a sleep (only then can we be queued or handed the lock)
--- ARGV[1] owner; ARGV[2] ttl_ms; ARGV[3] queue member, when the caller will wait
+-- ARGV[1] owner; ARGV[2] ttl_ms; ARGV[3] queue member, when the caller will wait ('' if not);
+-- ARGV[4] by: the execution and step the hold is for, written with a fresh hold ('' for none)
 -- A caller that will wait passes its member on the first call too: a free lock is simply taken
 -- (nothing is queued), a busy one queues it, so contention costs no extra round trip.
 -- Every key shares KEYS[1]'s hash tag (the lock's key). So do the waiters' wake lists, which a
@@ -62,6 +64,9 @@ if not h[1] then
       token = math.max(tonumber(t[1]) * 1000000 + tonumber(t[2]), prev + 1)
     end
     redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'count', 1, 'token', token)
+    if (ARGV[4] or '') ~= '' then
+      redis.call('HSET', KEYS[1], 'by', ARGV[4])
+    end
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
     return {1, 1, token}
   end
