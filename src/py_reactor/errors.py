@@ -18,6 +18,7 @@ Every error the library raises or reports derives from :class:`ReactorError`::
         ├── LockAcquisitionError       the lock stayed held by another owner for ``wait`` seconds
         ├── SemaphoreAcquisitionError  every slot stayed taken for ``wait`` seconds
         ├── RateLimitExceededError     a window is full; ``retry_after`` says for how long
+        ├── PeriodBusyError            another run held the period's claim for ``wait`` seconds
         ├── OrderedLockWaitError       this position's turn did not come within ``wait``
         ├── CoordinationKeyError       a key function raised or returned None / an empty key
         ├── HandoffRefusedError        an async unit wants a key its dispatcher holds (deadlock)
@@ -46,6 +47,7 @@ __all__ = [
     "InterruptTimeoutError",
     "LockAcquisitionError",
     "OrderedLockWaitError",
+    "PeriodBusyError",
     "RateLimitExceededError",
     "ReactorError",
     "ReactorNotImportableError",
@@ -247,6 +249,24 @@ class RateLimitExceededError(CoordinationError):
     ):
         super().__init__(message, primitive=primitive, key=key, reactor=reactor, step=step)
         self.retry_after = retry_after
+
+
+class PeriodBusyError(CoordinationError):
+    """Another run held the claim on the period's current bucket for the whole ``wait``;
+    ``bucket`` is that bucket's id."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        bucket: str = "",
+        primitive: str | None = "period",
+        key: str | None = None,
+        reactor: str | None = None,
+        step: str | None = None,
+    ):
+        super().__init__(message, primitive=primitive, key=key, reactor=reactor, step=step)
+        self.bucket = bucket
 
 
 class OrderedLockWaitError(CoordinationError):

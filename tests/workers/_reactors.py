@@ -329,3 +329,33 @@ class Mailer(Reactor):
         return "sent"
 
     returns = "send"
+
+
+@background
+class SlowLimited(Reactor):
+    """One call per 4 s window, declared with a long ``wait`` (a caller would sleep it)."""
+
+    key: str
+
+    @step
+    @with_rate_limit(lambda args: args["key"], limit=1, period=4, wait=30)
+    def call(key: str) -> str:
+        hook(key, "call")
+        return "called"
+
+    returns = "call"
+
+
+@background
+class Nightly(Reactor):
+    """A daily period on ``nightly:<key>`` (its default ``wait`` is 60 s)."""
+
+    key: str
+
+    @step
+    @with_period(lambda args: f"nightly:{args['key']}", every="day")
+    def report(key: str) -> str:
+        hook(key, "report")
+        return "reported"
+
+    returns = "report"

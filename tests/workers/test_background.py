@@ -270,6 +270,69 @@ def test_a_rate_limited_step_parks_for_retry_after_and_is_charged_once(key: str)
     assert sum(RateLimit(key, limit=1, period=2).usage().values()) <= 1
 
 
+def test_a_rate_limit_parks_instead_of_sleeping_its_wait_on_the_worker_thread(key: str) -> None:
+    """A full window with a declared wait=30: the run parks (primitive "rate_limit") for its
+    retry_after instead of sleeping on the worker's one thread, which serves another run
+    meanwhile; it completes once the window rolls over."""
+    workers.stop()
+    configure(worker_threads=1)
+    calls = ran(key)
+    other = f"{key}-other"
+    ran(other)
+    window = 4  # as SlowLimited declares: the test spends the window's one call first
+    until(lambda: time.time() % window < 1.0, "the start of a window", timeout=window + 1)
+    RateLimit(key, limit=1, period=window).acquire()
+    out = r.SlowLimited.run(key=key)
+    until(lambda: status(out.execution_id) == "waiting", "the park")
+    waiting = find(out.execution_id).waiting_on  # type: ignore[union-attr]
+    assert waiting is not None
+    assert (waiting["step"], waiting["primitive"], waiting["key"]) == ("call", "rate_limit", key)
+    assert waiting["until"] - time.time() <= window
+    quick = r.Whole.run(key=other, n=1).wait(timeout=5)
+    assert quick.is_success, quick
+    assert status(out.execution_id) == "waiting"  # the thread was free: it is still parked
+    done = out.wait(timeout=window + 10)
+    assert done.is_success, done
+    assert calls == ["call"]
+    workers.stop()
+
+
+def test_a_busy_period_claim_parks_and_the_claims_end_wakes_it(key: str) -> None:
+    """A run of a daily period step holds the bucket's claim: a second run parks on it
+    (primitive "period", not blocking a thread up to the period's 60 s wait); the first run's
+    success ends the claim and wakes it at once (a 30 s park timer), and it skips the step."""
+    configure(park_delay=30.0, park_jitter=0.0)
+    inside, leave = threading.Event(), threading.Event()
+    calls: list[str] = []
+
+    def body(name: str, **_: Any) -> None:
+        calls.append(name)
+        inside.set()
+        assert leave.wait(timeout=30)
+
+    r.HOOKS[key] = body
+    try:
+        first = r.Nightly.run(key=key)
+        until(inside.is_set, "the first run inside its claim")
+        second = r.Nightly.run(key=key)
+        until(lambda: status(second.execution_id) == "waiting", "the park")
+        waiting = find(second.execution_id).waiting_on  # type: ignore[union-attr]
+        assert waiting is not None
+        assert (waiting["step"], waiting["primitive"]) == ("report", "period")
+        assert waiting["key"] == f"nightly:{key}"
+        released = time.monotonic()
+    finally:
+        leave.set()
+    assert first.wait(timeout=10).is_success
+    done = second.wait(timeout=25)
+    assert time.monotonic() - released < 5.0  # woken by the claim's end, not the 30 s timer
+    assert done.status == "completed", done
+    assert calls == ["report"]
+    trace = find(second.execution_id).trace  # type: ignore[union-attr]
+    kinds = [(e["type"], e.get("reason")) for e in trace]
+    assert kinds == [("parked", None), ("skipped", "period")]
+
+
 def test_a_retry_in_a_worker_waits_in_the_parked_set_not_in_a_thread(key: str) -> None:
     """One worker thread: while Flaky waits out its 1 s backoff, another run is served."""
     workers.stop()

@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from py_reactor import Lock, Middleware, Semaphore, configure
+from py_reactor import Lock, Middleware, Period, Semaphore, configure, find
+from py_reactor.coordination.period import PeriodClaim
 from py_reactor.observability import events as ev
 from tests.workers import _reactors as r
 
@@ -62,3 +63,30 @@ def test_a_semaphore_released_before_the_park_is_written_wakes_the_run(key: str)
     assert done.status == "completed", done
     assert watcher.parks == 1
     assert time.monotonic() - started < WOKEN_WITHIN
+
+
+class _ClaimEnd:
+    """A period claim as ``ReleaseOnPark`` releases it: its work succeeded (bucket marked)."""
+
+    def __init__(self, claim: PeriodClaim) -> None:
+        self.claim = claim
+
+    def release(self) -> None:
+        self.claim.release(mark=True)
+
+
+def test_a_period_claim_ended_before_the_park_is_written_wakes_the_run(key: str) -> None:
+    claim = Period(f"nightly:{key}", every="day").claim(owner="test-holder")
+    assert claim.due
+    watcher = ReleaseOnPark(_ClaimEnd(claim))
+    configure(middleware=[watcher])
+    started = time.monotonic()
+    try:
+        done = r.Nightly.run(key=key).wait(timeout=PARK_DELAY + 10)
+    finally:
+        claim.release(mark=False)  # a no-op once the watcher ended it
+    assert done.status == "completed", done
+    assert watcher.parks == 1
+    assert time.monotonic() - started < WOKEN_WITHIN
+    trace = find(done.execution_id).trace  # type: ignore[union-attr]
+    assert [e["type"] for e in trace] == ["parked", "skipped"]  # the bucket was done

@@ -33,9 +33,9 @@ from py_reactor.errors import (
     CoordinationError,
     LockAcquisitionError,
     OrderedLockWaitError,
+    PeriodBusyError,
     RateLimitExceededError,
     SemaphoreAcquisitionError,
-    StoreUnavailableError,
 )
 
 __all__ = ["Busy", "Entered", "Gate", "Skip", "gate_for"]
@@ -266,10 +266,8 @@ class PeriodGate(Gate):
                 live.put(record, claim)
                 return Entered(record, fresh=False)
         try:
-            claim = self.p.claim(owner_or_new(owner))
-        except StoreUnavailableError:
-            raise
-        except CoordinationError as exc:  # another owner ran the bucket for the whole wait
+            claim = self.p.claim(owner_or_new(owner), wait=wait)
+        except PeriodBusyError as exc:
             return Busy(exc)
         if not claim.due:
             return Skip("period")
@@ -381,7 +379,7 @@ class RateLimitGate(Gate):
         if record is not None:
             return Entered(record, fresh=False)
         try:
-            self.p.acquire()
+            self.p.acquire(wait=wait)
         except RateLimitExceededError as exc:
             return Busy(exc)
         return Entered(self._record(owner_or_new(owner), CHARGED))

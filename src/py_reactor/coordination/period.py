@@ -37,7 +37,7 @@ from py_reactor.coordination._base import UsesStore
 from py_reactor.coordination._extender import keep_alive
 from py_reactor.coordination.owner import owner_or_new
 from py_reactor.coordination.store import Store
-from py_reactor.errors import CoordinationError, DefinitionError
+from py_reactor.errors import DefinitionError, PeriodBusyError
 
 __all__ = ["CALENDAR", "Period", "PeriodClaim"]
 
@@ -199,7 +199,7 @@ class Period(UsesStore):
         store = self._store or self.store
         return store.period_check(self.key, self.every)
 
-    def claim(self, owner: str | None = None) -> PeriodClaim:
+    def claim(self, owner: str | None = None, *, wait: float | None = None) -> PeriodClaim:
         """Claim the current bucket: due if its work has not succeeded yet and nobody runs it.
 
         One atomic script checks the marker and takes the claim. If another owner holds the
@@ -212,22 +212,23 @@ class Period(UsesStore):
 
         Args:
             owner: who claims; None uses the running execution's root id, else a fresh id.
+            wait: seconds to wait for another owner's claim (default: the period's ``wait``;
+                0 answers busy at once, as a worker that parks instead does).
 
         Returns:
             A ``PeriodClaim``; if ``due``, release it with ``release(mark=...)``.
 
         Raises:
-            CoordinationError: another owner held the claim for the whole ``wait``.
+            PeriodBusyError: another owner held the claim for the whole ``wait``.
             StoreUnavailableError: the store cannot be reached.
         """
         owner = owner_or_new(owner)
         store = self._store or self.store
-        deadline = time.monotonic() + self.wait
-        ticket = (
-            _waiting.new_ticket("period", self.key, owner, self.lease_ms, self.wait)
-            if self.wait > 0
-            else None
-        )
+        wait = self.wait if wait is None else check_non_negative(repr(self), "wait", wait)
+        deadline = time.monotonic() + wait
+        ticket = None
+        if wait > 0:
+            ticket = _waiting.new_ticket("period", self.key, owner, self.lease_ms, wait)
         while True:
             if ticket is not None:  # queued until the wait ends, and a little longer
                 stay_ms = max(0, math.ceil((deadline - time.monotonic()) * 1000)) + 5000
@@ -247,11 +248,11 @@ class Period(UsesStore):
                 return claim
             remaining = deadline - time.monotonic()
             if ticket is None or remaining <= 0:
-                raise CoordinationError(
+                raise PeriodBusyError(
                     f"period {self.key!r}: bucket {reply.bucket} is being run by another caller "
-                    f"and its claim was not released within wait={self.wait:g} s. Pass a "
+                    f"and its claim was not released within wait={wait:g} s. Pass a "
                     "larger wait=, or retry later (if it fails, the next caller is due)",
-                    primitive="period",
+                    bucket=reply.bucket,
                     key=self.key,
                 )
             store.wait_for_handoff(ticket, _waiting.sleep_for(remaining, reply.busy_ms))

@@ -141,10 +141,11 @@ class RateLimit(UsesStore):
         """
         return self._resolved()
 
-    def acquire(self) -> None:
+    def acquire(self, *, wait: float | None = None) -> None:
         """Count one call in every window, or raise if any window is full.
 
-        If a window is full and ``wait`` leaves room for it to roll over, sleeps until then
+        If a window is full and ``wait`` (default: the limit's own; 0 raises at once, as a
+        worker that parks instead does) leaves room for it to roll over, sleeps until then
         (``retry_after`` seconds) and tries again.
 
         Raises:
@@ -160,22 +161,23 @@ class RateLimit(UsesStore):
         reply = store.rate_limit_acquire(self.key, windows)
         if reply.admitted:
             return
-        deadline = time.monotonic() + self.wait
+        wait = self.wait if wait is None else check_non_negative(repr(self), "wait", wait)
+        deadline = time.monotonic() + wait
         while True:
             retry_after = reply.retry_after_ms / 1000
             if retry_after > deadline - time.monotonic():
-                raise self._exceeded(windows, retry_after, reply.full)
+                raise self._exceeded(windows, retry_after, reply.full, wait)
             time.sleep(retry_after)
             reply = store.rate_limit_acquire(self.key, windows)
             if reply.admitted:
                 return
 
     def _exceeded(
-        self, windows: Windows, retry_after: float, full: tuple[int, ...]
+        self, windows: Windows, retry_after: float, full: tuple[int, ...], wait: float
     ) -> RateLimitExceededError:
         limits = dict(windows)
         which = ", ".join(f"{limits.get(w, '?')} per {_describe(w)}" for w in full)
-        waited = f" (waited up to {self.wait:g} s)" if self.wait else ""
+        waited = f" (waited up to {wait:g} s)" if wait else ""
         return RateLimitExceededError(
             f"rate limit {self.key!r} is full ({which}); it admits again in "
             f"{retry_after:.3f} s{waited}. Retry after retry_after seconds, pass a larger "

@@ -267,7 +267,8 @@ class Store(Protocol):
         self, key: str, bucket: str, owner: str, *, mark: bool, expire_at: int
     ) -> int:
         """Drop one level of the claim on ``bucket``, marking it done if ``mark`` (the marker
-        expires at ``expire_at``); wakes every waiter. The count left, or -1 if it lapsed."""
+        expires at ``expire_at``); wakes every waiter and every execution parked on the period.
+        The count left, or -1 if it lapsed."""
         ...
 
     def period_extend(self, key: str, bucket: str, owner: str, lease_ms: int) -> bool:

@@ -4,7 +4,8 @@ In the caller the primitive has already waited its ``wait``, so contention fails
 worker nothing waits (every gate answers busy at once) and contention parks the execution
 instead: persisted, thread given back, dispatched again when the key is released or the
 backstop timer fires. Parks are capped by ``park_max_attempts``; an ordered lock's turn is
-waited for without a cap; a rate limit parks for its ``retry_after``.
+waited for without a cap; a rate limit parks for its ``retry_after``, a busy period claim
+until the claim ends.
 
 A store outage in a worker is not the step's failure either: the run is suspended (parked on
 the ``"store"``, uncapped, no key to wake it) and goes on once the store is back, so nothing is
@@ -22,6 +23,7 @@ from py_reactor.errors import (
     CoordinationError,
     LockAcquisitionError,
     OrderedLockWaitError,
+    PeriodBusyError,
     RateLimitExceededError,
     SemaphoreAcquisitionError,
     StoreUnavailableError,
@@ -35,6 +37,7 @@ CONTENTION = (
     LockAcquisitionError,
     SemaphoreAcquisitionError,
     RateLimitExceededError,
+    PeriodBusyError,
     OrderedLockWaitError,
 )
 
@@ -70,6 +73,7 @@ def park_or_fail(run: Run, step: str | None, exc: CoordinationError) -> Parked |
     delay = getattr(exc, "retry_after", None)
     parked = park(run, path, exc.primitive, exc.key, root.parks, delay, step_level=step is not None)
     parked.limit = getattr(exc, "limit", None)
+    parked.bucket = getattr(exc, "bucket", None)
     return parked
 
 

@@ -62,7 +62,8 @@ class Parked:
         attempt: the parks so far (contention) or the attempts made (a retry).
         delay: seconds until the timer dispatches it again; None: the configured park delay
             (a release of ``key`` wakes it sooner).
-        limit: a semaphore's slots (to tell, when the park is written, whether it is free).
+        limit: a semaphore's slots, and ``bucket`` a busy period claim's bucket (to tell,
+            when the park is written, whether the key is free by then).
     """
 
     step: str | None
@@ -71,6 +72,7 @@ class Parked:
     attempt: int
     delay: float | None
     limit: int | None = None
+    bucket: str | None = None
 
 
 @dataclass(slots=True)

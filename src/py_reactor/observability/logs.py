@@ -26,6 +26,7 @@ from py_reactor.errors import (
     HandoffRefusedError,
     LockAcquisitionError,
     OrderedLockWaitError,
+    PeriodBusyError,
     RateLimitExceededError,
     SemaphoreAcquisitionError,
 )
@@ -43,6 +44,7 @@ _CONTENTION = (
     LockAcquisitionError,
     SemaphoreAcquisitionError,
     RateLimitExceededError,
+    PeriodBusyError,
     OrderedLockWaitError,
 )
 _NEEDS_QUOTES = frozenset(' \t\n\r"=\\')

@@ -22,6 +22,7 @@ taken outside an execution.
     py_reactor:period:{<key>}:claim:<bucket>    hash    owner, bucket, expire_at, count
     py_reactor:period:{<key>}:waiters           zset    waiter -> server ms it waits until
     py_reactor:period:{<key>}:wake:<waiter>     list    a release pushes '1'
+    py_reactor:period:{<key>}:parked            list    ids of executions parked on the key
     py_reactor:rate_limit:{<key>}:<window s>:<window index>   string  calls admitted
     py_reactor:ordered_lock:{<key>}:state       hash  epoch, issued, done, failed
     py_reactor:ordered_lock:{<key>}:beats       hash  position -> last heartbeat (server ms)
@@ -236,12 +237,16 @@ def correlation(reactor: str, correlation_id: str) -> str:
     return f"{NAMESPACE}:interrupt:{tag(reactor)}:{tag(correlation_id)}"
 
 
-def free_probe(primitive: str, key: str, limit: int | None) -> tuple[str, str]:
+def free_probe(
+    primitive: str, key: str, limit: int | None, bucket: str | None = None
+) -> tuple[str, str]:
     """``(key, how)`` the checkpoint script reads to tell whether ``key`` of ``primitive`` is
-    free now: a lock's hold hash, a semaphore's holders (with its ``limit``); ``("", "")``
-    for a primitive it cannot read that way."""
+    free now: a lock's hold hash, a semaphore's holders (with its ``limit``), a period's claim
+    on ``bucket``; ``("", "")`` for a primitive it cannot read that way."""
     if primitive == "lock":
         return lock(key).hold, "lock"
     if primitive == "semaphore" and limit is not None:
         return semaphore(key).holders, f"semaphore:{limit}"
+    if primitive == "period" and bucket:
+        return period_claim(key, bucket), "period"
     return "", ""

@@ -244,10 +244,18 @@ class RedisStore:
         self, key: str, bucket: str, owner: str, *, mark: bool, expire_at: int
     ) -> int:
         k = keys.period(key)
+        # DUE and READY are global, so this call is cross-slot (see period_release.lua).
         return int(
             self.run_script(
                 "period_release",
-                (keys.period_marker(key, bucket), keys.period_claim(key, bucket), k.waiters),
+                (
+                    keys.period_marker(key, bucket),
+                    keys.period_claim(key, bucket),
+                    k.waiters,
+                    keys.parked("period", key),
+                    keys.DUE,
+                    keys.READY,
+                ),
                 (owner, 1 if mark else 0, expire_at, k.wake),
             )
         )

@@ -48,6 +48,7 @@ CONTENTION = (
     "LockAcquisitionError",
     "SemaphoreAcquisitionError",
     "RateLimitExceededError",
+    "PeriodBusyError",
     "OrderedLockWaitError",
 )
 
@@ -524,6 +525,7 @@ def _primitive_of(error_name: str) -> str:
         "LockAcquisitionError": "lock",
         "SemaphoreAcquisitionError": "semaphore",
         "RateLimitExceededError": "rate_limit",
+        "PeriodBusyError": "period",
         "OrderedLockWaitError": "ordered_lock",
     }[error_name]
 

@@ -10,12 +10,13 @@
 -- ARGV[6] waiting_on JSON ("" when none); ARGV[7] outcome JSON ("" when none);
 -- ARGV[8] due in ms (parked: when the timer backstop dispatches it again), "" when not parked;
 -- ARGV[9] "1" to count one more park; ARGV[10] how to read KEYS[8]: "lock" (the lock's hold
--- hash: free without an owner) or "semaphore:<limit>" (its holders zset: free with fewer live
--- leases than limit), "" for none
+-- hash: free without an owner), "period" (the claim hash of the bucket it met busy: free
+-- without an owner) or "semaphore:<limit>" (its holders zset: free with fewer live leases than
+-- limit), "" for none
 -- A terminal status wakes everything parked waiting for this execution (KEYS[5]). A park on
 -- an execution that has ended already is due at once (it ended between look and park), and so
--- is a park on a lock or semaphore that is free by now: it was released between the busy
--- answer and this write, when nobody was in its parked list to be woken.
+-- is a park on a lock, semaphore or period claim that is free by now: it was released between
+-- the busy answer and this write, when nobody was in its parked list to be woken.
 -- Returns 1 when written, 0 when the epoch moved on (a newer runner owns it: nothing written).
 -- #include _now
 -- #include _wake_parked
@@ -38,7 +39,7 @@ end
 if ARGV[8] ~= '' then
   local awaited = KEYS[7] ~= '' and redis.call('HGET', KEYS[7], 'status')
   local free = false
-  if KEYS[8] ~= '' and ARGV[10] == 'lock' then
+  if KEYS[8] ~= '' and (ARGV[10] == 'lock' or ARGV[10] == 'period') then
     free = not redis.call('HGET', KEYS[8], 'owner')
   elseif KEYS[8] ~= '' and string.sub(ARGV[10], 1, 10) == 'semaphore:' then
     free = redis.call('ZCOUNT', KEYS[8], '(' .. now, '+inf') < tonumber(string.sub(ARGV[10], 11))

@@ -1,5 +1,6 @@
 -- Release a period claim: mark the claimed bucket done (on success), drop the claim (or one
--- nesting level of it) and wake every waiter so it checks again.
+-- nesting level of it) and wake every waiter so it checks again: the in-process waiters and
+-- every execution parked on the period (they try again: the bucket is done, or one is due).
 --
 -- KEYS[1]  marker of the bucket recorded at claim time: py_reactor:period:{<key>}:done:<bucket>
 -- KEYS[2]  claim: py_reactor:period:{<key>}:claim:<bucket id> (of the bucket claimed)
@@ -9,6 +10,9 @@
 -- ARGV[3]  marker expire-at, unix seconds (60 s past the bucket's end)
 -- ARGV[4]  wake list prefix of this period's waiters: py_reactor:period:{<key>}:wake: (the
 --          wake lists share the keys' hash tag)
+-- KEYS[4]  parked: py_reactor:period:{<key>}:parked, list of execution ids parked on the period
+-- KEYS[5]  due zset of parked executions; KEYS[6] ready list dispatchers pop (both global, so
+--          this call is cross-slot, as a lock's release is)
 --
 -- Returns the claim's remaining nesting count (0 once dropped), or -1 if the owner no longer
 -- held it (its lease lapsed); the marker is written either way when asked for.
@@ -19,6 +23,8 @@
 --   waiters                 sorted set of waiter ids scored by server ms until which each
 --                           waits: stale ones are dropped, the rest woken, then it is deleted.
 --   <wake prefix><waiter>   list: one '1' pushed per wake-up; expires after 60 s.
+--   parked, due, ready      every parked execution made due now and pushed to ready.
+-- #include _wake_parked
 local owner = ARGV[1]
 local remaining = -1
 local woke = false
@@ -48,5 +54,6 @@ if woke then
     redis.call('PEXPIRE', wake, 60000)
   end
   redis.call('DEL', KEYS[3])
+  wake_parked(KEYS[4], KEYS[5], KEYS[6], true)
 end
 return remaining
