@@ -195,7 +195,9 @@ class CoordinationError(ReactorError):
     """A coordination primitive refused: contention, a bad key, or an unreachable store.
 
     ``primitive`` is ``"lock"``, ``"semaphore"``, ``"rate_limit"``, ``"period"`` or
-    ``"ordered_lock"``; ``key`` is the user's key (without the library's namespace).
+    ``"ordered_lock"``; ``key`` is the user's key (without the library's namespace). ``parks``
+    is set on contention that failed a step in a worker: the parks that step had made (the
+    park cap); None otherwise.
     """
 
     def __init__(
@@ -210,6 +212,7 @@ class CoordinationError(ReactorError):
         super().__init__(message, reactor=reactor, step=step)
         self.primitive = primitive
         self.key = key
+        self.parks: int | None = None
 
 
 class LockAcquisitionError(CoordinationError):

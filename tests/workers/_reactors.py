@@ -359,3 +359,24 @@ class Nightly(Reactor):
         return "reported"
 
     returns = "report"
+
+
+@background
+class TwoLocked(Reactor):
+    """``first`` under the lock ``<key>:a``, then ``second`` under ``<key>:b``."""
+
+    key: str
+
+    @step
+    @with_lock(lambda args: f"{args['key']}:a", ttl=10)
+    def first(key: str) -> str:
+        hook(key, "first")
+        return "a"
+
+    @step(wait_for=["first"])
+    @with_lock(lambda args: f"{args['key']}:b", ttl=10)
+    def second(key: str) -> str:
+        hook(key, "second")
+        return "b"
+
+    returns = "second"

@@ -253,6 +253,71 @@ def test_the_park_cap_fails_the_run_naming_key_primitive_and_parks(key: str) -> 
     assert found.holds == []
 
 
+class ReleaseAfterParks(Middleware):
+    """Records each step park; releases a step's held key at its ``after[step]``-th park (the
+    free key then makes the park due at once)."""
+
+    def __init__(self, holds: dict[str, Any], after: dict[str, int]) -> None:
+        self.holds, self.after = holds, after
+        self.parks: list[tuple[str | None, int]] = []
+
+    def on_step_parked(self, event: ev.StepParked) -> None:
+        self.parks.append((event.step, event.attempt))
+        if event.step is not None and self.after.get(event.step) == event.attempt:
+            self.holds.pop(event.step).release()
+
+
+def _two_held_keys(key: str) -> dict[str, Any]:
+    return {
+        step: Lock(f"{key}:{part}", owner="someone-else", ttl=30).acquire()
+        for step, part in (("first", "a"), ("second", "b"))
+    }
+
+
+def test_the_park_cap_counts_per_step_and_resets_when_the_step_gets_in(key: str) -> None:
+    """park_max_attempts=2: each of two locked steps parks twice before it gets in, four parks
+    in all, and the run completes (the count of the first does not carry to the second)."""
+    holds = _two_held_keys(key)
+    watcher = ReleaseAfterParks(holds, {"first": 2, "second": 2})
+    configure(park_max_attempts=2, park_delay=0.05, park_jitter=0.0, middleware=[watcher])
+    calls = ran(key)
+    try:
+        done = r.TwoLocked.run(key=key).wait(timeout=20)
+    finally:
+        for hold in holds.values():
+            hold.release()
+    assert done.is_success, done
+    assert calls == ["first", "second"]
+    parks = [("first", 1), ("first", 2), ("second", 1), ("second", 2)]
+    assert watcher.parks == parks
+    found = find(done.execution_id)
+    assert found is not None
+    assert [(e["step"], e["attempt"]) for e in found.trace if e["type"] == "parked"] == parks
+    assert found.parks == 4  # the total, for display
+
+
+def test_a_step_that_parks_past_the_cap_fails_naming_primitive_key_and_its_parks(
+    key: str,
+) -> None:
+    """park_max_attempts=2: ``first`` parks once and gets in; ``second`` parks twice (its own
+    count), and its third contention fails the run with the cap's message."""
+    holds = _two_held_keys(key)
+    watcher = ReleaseAfterParks(holds, {"first": 1})
+    configure(park_max_attempts=2, park_delay=0.05, park_jitter=0.0, middleware=[watcher])
+    calls = ran(key)
+    try:
+        done = r.TwoLocked.run(key=key).wait(timeout=20)
+    finally:
+        for hold in holds.values():
+            hold.release()
+    assert not done.is_success
+    assert isinstance(done.error, LockAcquisitionError)
+    message = str(done.error)
+    assert f"the lock '{key}:b' was still busy after 2 park(s)" in message, message
+    assert watcher.parks == [("first", 1), ("second", 1), ("second", 2)]
+    assert calls == ["first"]
+
+
 def test_a_rate_limited_step_parks_for_retry_after_and_is_charged_once(key: str) -> None:
     """1 call per 2 s: the second run parks until the window reopens (not the 5 s timer), and
     each run is counted once."""

@@ -94,6 +94,7 @@ class _Base:
     children: dict[str, Context]
     attempts: dict[str, int]
     parks: int
+    step_parks: dict[str, int]
 
 
 @dataclasses.dataclass(eq=False, slots=True)
@@ -292,11 +293,13 @@ class _Walk:
         _merge_nested(main.private, base.private, mine.private)
         _merge_flat(main.attempts, base.attempts, mine.attempts)
         main.parks += mine.parks - base.parks
+        _merge_flat(main.step_parks, base.step_parks, mine.step_parks)
         if branch.root is not None and branch.root_base is not None:
             root, root_base = self.run.root, branch.root_base
             root.trace.extend(branch.root.trace[root_base.trace :])
             _merge_nested(root.private, root_base.private, branch.root.private)
             root.parks += branch.root.parks - root_base.parks
+            _merge_flat(root.step_parks, root_base.step_parks, branch.root.step_parks)
         self.run.rollback_failures.extend(branch.run.rollback_failures)
         result = branch.result
         if isinstance(result, StepFailure):  # its compensate runs in the scheduler's run
@@ -460,6 +463,7 @@ def _fork(context: Context, step: str | None) -> tuple[Context, _Base]:
         holds=context.holds,
         attempts=dict(context.attempts),
         parks=context.parks,
+        step_parks=dict(context.step_parks),
     )
     base = _Base(
         results=dict(context.results),
@@ -470,6 +474,7 @@ def _fork(context: Context, step: str | None) -> tuple[Context, _Base]:
         children=dict(context.children),  # the originals: a copied child is always merged
         attempts=dict(context.attempts),
         parks=context.parks,
+        step_parks=dict(context.step_parks),
     )
     return fork, base
 

@@ -3,8 +3,9 @@
 In the caller the primitive has already waited its ``wait``, so contention fails the run. In a
 worker nothing waits (every gate answers busy at once) and contention parks the execution
 instead: persisted, thread given back, dispatched again when the key is released or the
-backstop timer fires. Parks are capped by ``park_max_attempts``; an ordered lock's turn is
-waited for without a cap; a rate limit parks for its ``retry_after``, a busy period claim
+backstop timer fires. Parks are capped by ``park_max_attempts`` per step (counted on the root
+context, per dotted step path, until that step gets in: ``entered``); an ordered lock's turn
+is waited for without a cap; a rate limit parks for its ``retry_after``, a busy period claim
 until the claim ends.
 
 A store outage in a worker is not the step's failure either: the run is suspended (parked on
@@ -30,7 +31,7 @@ from py_reactor.errors import (
 )
 from py_reactor.observability import events as ev
 
-__all__ = ["CONTENTION", "STORE", "backstop", "park", "park_or_fail", "store_outage"]
+__all__ = ["CONTENTION", "STORE", "backstop", "entered", "park", "park_or_fail", "store_outage"]
 
 #: The errors that mean "busy now" (not a bad key, not an unreachable store).
 CONTENTION = (
@@ -48,7 +49,8 @@ STORE = "store"
 def park_or_fail(run: Run, step: str | None, exc: CoordinationError) -> Parked | None:
     """Park the run (returns what to park on), or None: fail it with ``exc``.
 
-    When the cap is spent, ``exc``'s message says so (primitive, key and the number of parks).
+    When the step's cap is spent, ``exc``'s message says so (primitive, key and the number of
+    parks) and ``exc.parks`` holds that number.
     """
     worker = run.worker
     if worker is not None and isinstance(exc, StoreUnavailableError):
@@ -58,20 +60,24 @@ def park_or_fail(run: Run, step: str | None, exc: CoordinationError) -> Parked |
     root = worker.root or run.context
     path = _path(run, step)
     ordered = isinstance(exc, OrderedLockWaitError)
+    parks = root.step_parks.get(path or "", 0)
     if not ordered:
-        if root.parks >= worker.park_max_attempts:
+        if parks >= worker.park_max_attempts:
             where = f"reactor {exc.reactor}" + ("" if step is None else f", step {step!r}")
             exc.message = (
                 f"{where}: the {exc.primitive} {exc.key!r} was still busy after "
-                f"{root.parks} park(s) in a worker (park_max_attempts="
+                f"{parks} park(s) in a worker (park_max_attempts="
                 f"{worker.park_max_attempts:g}); raise configure(park_max_attempts=...) or "
                 "park_delay=, or make the work holding it shorter"
             )
             exc.args = (exc.message,)
+            exc.parks = parks
             return None
+        parks += 1
+        root.step_parks[path or ""] = parks
         root.parks += 1
     delay = getattr(exc, "retry_after", None)
-    parked = park(run, path, exc.primitive, exc.key, root.parks, delay, step_level=step is not None)
+    parked = park(run, path, exc.primitive, exc.key, parks, delay, step_level=step is not None)
     parked.limit = getattr(exc, "limit", None)
     parked.bucket = getattr(exc, "bucket", None)
     return parked
@@ -88,8 +94,16 @@ def store_outage(run: Run, step: str | None) -> Parked:
     return park(run, _path(run, step), STORE, None, root.parks, step_level=step is not None)
 
 
+def entered(run: Run, step: str | None) -> None:
+    """``step`` (None: the reactor's own coordination) got in: its park count starts over."""
+    worker = run.worker
+    if worker is not None:
+        (worker.root or run.context).step_parks.pop(_path(run, step) or "", None)
+
+
 def _path(run: Run, step: str | None) -> str | None:
-    """``step``'s dotted path from the root execution (None: the reactor's own coordination)."""
+    """``step``'s dotted path from the root execution (None: the reactor's own coordination,
+    which for a composed child is the compose step's path, for the root reactor None)."""
     prefix = "" if run.worker is None else run.worker.prefix
     return (prefix + step) if step is not None else (prefix.rstrip(".") or None)
 

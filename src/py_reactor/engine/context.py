@@ -93,7 +93,9 @@ class Context:
         holds: the ledger of what the execution tree holds (one per tree: a child shares its
             root's), as records a process that loads this context can extend, adopt or release.
         attempts: attempts already made by a step whose retry is waiting in a worker.
-        parks: how many times this execution parked on contention (``park_max_attempts``).
+        parks: how many times this execution parked on contention, in all.
+        step_parks: parks on contention per dotted step path (``""``: the root reactor's own
+            coordination) since that step last got in; ``park_max_attempts`` caps each.
     """
 
     reactor: str
@@ -111,6 +113,7 @@ class Context:
     holds: Ledger = field(default_factory=Ledger)
     attempts: dict[str, int] = field(default_factory=dict)
     parks: int = 0
+    step_parks: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.root_id:

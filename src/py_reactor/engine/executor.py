@@ -17,7 +17,7 @@ from py_reactor.dsl.declaration import StepKind
 from py_reactor.dsl.reactor import Reactor, StepPlan
 from py_reactor.dsl.registry import class_path
 from py_reactor.engine._coordinate import emitter, held_by
-from py_reactor.engine._park import park_or_fail, store_outage
+from py_reactor.engine._park import entered, park_or_fail, store_outage
 from py_reactor.engine.async_units import DEFERRED, await_inputs, await_units, dispatch_unit
 from py_reactor.engine.compensation import rollback
 from py_reactor.engine.context import Context, Status, running, running_context
@@ -176,6 +176,7 @@ def _coordinated(cls: type[Reactor], run: Run) -> Outcome:
     except BaseException:  # interrupted while waiting for a key: no rollback, no work ran
         context.status = Status.ABORTED
         raise
+    entered(run, None)
     if admission is not Admission.PROCEED:
         scope.exit(succeeded=False, failed=False)
         reason = admission.value

@@ -36,7 +36,8 @@ class WorkerMode:
     """How a run in a worker differs from one in the caller: it parks instead of waiting.
 
     Attributes:
-        park_max_attempts: parks on contention an execution may make (ordered turns exempt).
+        park_max_attempts: parks on contention one step may make before it gets in (ordered
+            turns exempt).
         checkpoint: called after every step (of the root or of a composed child) to persist
             the root context; raises :class:`StaleExecution` when another runner owns it now.
         root: the root context, where parks are counted and traced.
@@ -59,7 +60,7 @@ class Parked:
     Attributes:
         step: the step that parked (None: the reactor's own coordination).
         primitive, key: what it waits on (None for a retry waiting out its backoff).
-        attempt: the parks so far (contention) or the attempts made (a retry).
+        attempt: the step's parks so far (contention) or the attempts made (a retry).
         delay: seconds until the timer dispatches it again; None: the configured park delay
             (a release of ``key`` wakes it sooner).
         limit: a semaphore's slots, and ``bucket`` a busy period claim's bucket (to tell,

@@ -64,6 +64,7 @@ class _ContextPayload(BaseModel):
     holds: list[_HoldPayload] | None = None  # written with the root context only: one per tree
     attempts: dict[str, int] = Field(default_factory=dict)
     parks: int = 0
+    step_parks: dict[str, int] = Field(default_factory=dict)
 
 
 def context_to_dict(context: Context) -> dict[str, Any]:
@@ -100,6 +101,7 @@ def _body(context: Context) -> dict[str, Any]:
         "children": {k: _body(v) for k, v in context.children.items()},
         "attempts": dict(context.attempts),
         "parks": context.parks,
+        "step_parks": dict(context.step_parks),
     }
 
 
@@ -182,4 +184,5 @@ def _build(payload: _ContextPayload, holds: Ledger) -> Context:
         holds=holds,
         attempts=payload.attempts,
         parks=payload.parks,
+        step_parks=payload.step_parks,
     )

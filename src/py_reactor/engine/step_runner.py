@@ -19,7 +19,7 @@ from py_reactor.dsl.reactor import StepPlan
 from py_reactor.dsl.retries import RetryPolicy
 from py_reactor.dsl.signals import Failure, Halt, Skipped, Success
 from py_reactor.engine._coordinate import StepGate
-from py_reactor.engine._park import park_or_fail, store_outage
+from py_reactor.engine._park import entered, park_or_fail, store_outage
 from py_reactor.engine._units import defines, make_unit
 from py_reactor.engine.async_units import await_units
 from py_reactor.engine.resolve import resolve_arguments
@@ -196,6 +196,7 @@ def _attempts(
                     run.context.attempts[name] = attempt - 1  # a park is not an attempt
                     return parked
                 return contended(run, name, values, exc, attempt - 1, started, unit, last, where)
+            entered(run, name)
             if admission is not Admission.PROCEED:
                 gate.exit(succeeded=False)  # the period re-check said no after lock/semaphore
                 return _skip(run, name, values, Skipped(reason=admission.value), started, where)

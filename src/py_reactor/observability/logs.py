@@ -21,7 +21,6 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from py_reactor.config import get_config
 from py_reactor.errors import (
     HandoffRefusedError,
     LockAcquisitionError,
@@ -77,7 +76,6 @@ class LoggingMiddleware(Middleware, HandoffHooks):
 
     def __init__(self, logger: logging.Logger | None = None) -> None:
         self.logger = logger or logging.getLogger("py_reactor")
-        self._local = threading.local()
         self._reported: deque[Any] = deque(maxlen=64)  # give-ups already logged (by identity)
         self._reported_lock = threading.Lock()
 
@@ -122,8 +120,6 @@ class LoggingMiddleware(Middleware, HandoffHooks):
 
     def on_worker_start(self, context: Context) -> None:
         """``event=wake`` when the run resumes a parked execution."""
-        runs = self._runs()
-        runs.append(context)
         wake = wake_of(context)
         if wake is None:
             return
@@ -140,20 +136,6 @@ class LoggingMiddleware(Middleware, HandoffHooks):
                 "waited_ms": round(wake.waited * 1000),
             },
         )
-
-    def on_worker_end(self, context: Context, error: BaseException | None) -> None:
-        """Forget the worker run (it decides a give-up's ``cause``)."""
-        runs = self._runs()
-        for index in range(len(runs) - 1, -1, -1):
-            if runs[index] is context:
-                del runs[index]
-                break
-
-    def _runs(self) -> list[Context]:
-        runs: list[Context] | None = getattr(self._local, "runs", None)
-        if runs is None:
-            runs = self._local.runs = []
-        return runs
 
     # -- recovery, refusals, give-ups --------------------------------------------------------
 
@@ -189,10 +171,7 @@ class LoggingMiddleware(Middleware, HandoffHooks):
             if any(seen is error for seen in self._reported):
                 return
             self._reported.append(error)
-        runs = self._runs()
-        root = runs[-1] if runs else None
-
-        capped = root is not None and root.parks >= get_config().park_max_attempts
+        capped = error.parks is not None  # set by the park cap, in a worker
         self._log(
             logging.WARNING,
             {
@@ -200,7 +179,7 @@ class LoggingMiddleware(Middleware, HandoffHooks):
                 "primitive": error.primitive,
                 "key": error.key,
                 "cause": "park_cap" if capped else "wait",
-                "parks": root.parks if capped and root is not None else None,
+                "parks": error.parks,
                 "error": str(error),
             },
         )
