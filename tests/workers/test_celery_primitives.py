@@ -9,9 +9,8 @@ never re-sent by the timer. The reactors (``_celery_primitive_reactors``) report
 and enter an overlap recorder (``tests._overlap``) while they work under a primitive; the tests
 wait for what they report, or for stored statuses.
 
-Two tests are marked xfail until bug 5 of issue 19 is fixed: a rate limit declared with a
-``wait`` sleeps it on the worker thread, and a busy period claim blocks the worker thread up to
-its ``wait``, where every primitive must park.
+A rate limit declared with a long ``wait`` and a busy period claim park too (issue 19, bug 5:
+they used to hold the worker thread for their ``wait``).
 """
 
 from __future__ import annotations
@@ -275,7 +274,6 @@ def test_the_second_run_in_a_rate_limit_window_parks_for_its_retry_after_then_co
     in_workers(raw, late_key)
 
 
-@pytest.mark.xfail(strict=True, reason="bug 5: a rate limit's wait is slept on a worker thread")
 def test_a_rate_limit_with_a_long_wait_parks_in_a_worker_instead_of_sleeping(
     raw: redis.Redis, key: str
 ) -> None:
@@ -325,7 +323,6 @@ def test_a_second_run_in_the_same_period_skips_the_step_and_goes_on(
     in_workers(raw, second)
 
 
-@pytest.mark.xfail(strict=True, reason="bug 5: a busy period claim blocks a worker thread")
 def test_a_busy_period_claim_parks_the_second_run_and_the_claims_end_wakes_it(
     raw: redis.Redis, key: str
 ) -> None:
