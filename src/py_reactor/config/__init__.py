@@ -44,8 +44,9 @@ class Config:
             claimed yet is sent again (a prefork worker can reserve a message behind a busy
             pool process; the copy that comes second runs nothing).
         worker_threads: the thread worker's pool size.
-        park_max_attempts: parks on contention one execution may make before the next
-            contention fails it (``math.inf``: no cap); ordered-lock turns never count.
+        park_max_attempts: parks on contention one step may make before it gets in (the
+            count starts over once it does); the next contention fails it (``math.inf``: no
+            cap); ordered-lock turns never count.
         park_delay, park_jitter: a parked execution is dispatched again after ``park_delay``
             plus up to ``park_jitter`` seconds at the latest (the release of the key it waits
             on wakes it at once: this timer is only the backstop).
@@ -136,8 +137,8 @@ def configure(
             again (default 5; then twice as long after each send in a row that no claim
             followed, up to 32 times): a prefork worker may reserve a message behind a pool
             process busy with a long step, and the copy that comes second runs nothing.
-        park_max_attempts: parks on contention an execution may make (default 20;
-            ``math.inf`` for no cap); the next contention fails it.
+        park_max_attempts: parks on contention one step may make before it gets in (default
+            20; ``math.inf`` for no cap); the next contention fails it.
         park_delay: seconds after which a parked execution is dispatched again at the latest
             (default 5; the release of the key it waits on wakes it sooner).
         park_jitter: up to this many seconds are added to ``park_delay`` (default 5).

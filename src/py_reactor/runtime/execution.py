@@ -55,7 +55,7 @@ class Execution:
         holds: what it holds now, one mapping per hold record (primitive, key, step, ...).
         waiting_on: while parked, ``{"step", "primitive", "key", "attempt", "until"}``.
         outcome: the terminal outcome (rebuilt), None until it ended.
-        parks: how many times it parked on contention.
+        parks: how many times it parked on contention, in all (the cap counts per step).
         created_at, updated_at: server-clock seconds.
         retry_of: the execution this one retries (``Reactor.retry``), else None.
         retried_by: the execution that retried this one, else None.
