@@ -734,7 +734,7 @@ def test_a_lenient_ordered_step_runs_every_position(key: str) -> None:
     assert all(o.status == "completed" for o in later), later
     assert all(entry(o, "ordered")["type"] == "run" for o in later)
     assert runs_of(key, "ordered") == ["A", "B", "C"]
-    assert runs_of(key, "tail") == ["B", "C"]
+    assert sorted(runs_of(key, "tail")) == ["B", "C"]  # tail is not ordered: any order
 
 
 def _take_and_exit(url: str, sequence: str, taken: Any) -> None:
