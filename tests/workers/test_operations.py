@@ -11,6 +11,7 @@ import pytest
 from py_reactor import CancelledResult, Lock, configure, find, workers
 from py_reactor.errors import ExecutionStateError
 from py_reactor.storage import current_store
+from py_reactor.transport import threads
 from tests.workers import _operations_reactors as o
 from tests.workers.test_background import status, until
 
@@ -149,7 +150,7 @@ def test_undo_rolls_back_a_pending_run(key: str, monkeypatch: pytest.MonkeyPatch
     """``a`` ran in the caller, no worker has taken the rest: undo undoes ``a``, and the run is
     never taken by a worker afterwards."""
     workers.stop(wait=True)
-    monkeypatch.setattr(workers, "ensure_worker", lambda: None)
+    monkeypatch.setattr(threads, "ensure_worker", lambda: None)  # what dispatch calls
     out = o.PendsAfterOne.run(key=key)
     assert status(out.execution_id) == "pending"
     assert o.LOG[key] == ["a"]

@@ -25,6 +25,7 @@ import pytest
 import redis
 
 import py_reactor
+import py_reactor.transport.threads
 import py_reactor.workers
 from py_reactor import (
     Context,
@@ -518,7 +519,7 @@ def test_find_pending_then_completed(
     executions: ExecutionStore, key: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Dispatched with no worker running: pending; once a worker runs it: completed."""
-    monkeypatch.setattr(py_reactor.workers, "ensure_worker", lambda: None)
+    monkeypatch.setattr(py_reactor.transport.threads, "ensure_worker", lambda: None)
     out = dispatched(rr.Ok.run(tag=key))
     assert out.status == "dispatched"
     pending = find(out.execution_id)
