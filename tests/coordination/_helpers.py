@@ -57,11 +57,11 @@ class StoreProxy:
     ) -> LockReply:
         return self.inner.lock_acquire(key, owner, ttl_ms, waiter=waiter, by=by)
 
-    def lock_release(self, key: str, owner: str, token: int) -> int:
-        return self.inner.lock_release(key, owner, token)
+    def lock_release(self, key: str, owner: str, token: int, level: int) -> int:
+        return self.inner.lock_release(key, owner, token, level)
 
-    def lock_extend(self, key: str, owner: str, ttl_ms: int, token: int) -> bool:
-        return self.inner.lock_extend(key, owner, ttl_ms, token)
+    def lock_extend(self, key: str, owner: str, ttl_ms: int, token: int, level: int) -> bool:
+        return self.inner.lock_extend(key, owner, ttl_ms, token, level)
 
     def lock_state(self, key: str) -> LockInfo:
         return self.inner.lock_state(key)

@@ -1,8 +1,9 @@
 """Holds as data: a scope's holds are records in a ledger that another process can pick up.
 
 A scope built again from a ledger that went through JSON (as a worker resuming a parked
-execution, or a process recovering a dead one, builds it) adopts the holds it finds there: no
-second acquisition, the same fencing token. A hold that lapsed in the gap is competed for again.
+execution builds it) adopts the holds it finds there: no second acquisition, the same fencing
+token; a run recovering one whose runner was presumed dead re-enters a lock or slot beside that
+runner's instead. A hold that lapsed in the gap is competed for again.
 A park gives back everything but the ordered position.
 """
 
@@ -275,15 +276,13 @@ def test_a_nested_run_shares_the_tree_ledger_after_a_round_trip(key: str) -> Non
     assert restored.children["kid"].holds is restored.holds
 
 
-def test_levels_a_dead_runner_of_the_execution_left_are_given_back_on_the_re_run(
-    key: str,
-) -> None:
-    """A runner died inside the step: its lock and slot (owner: the execution) were never
-    released, and the checkpointed ledger does not list them. The re-run (``recovered``)
-    re-enters them, gives the dead levels back at once, and its exit frees the key: nobody
-    waits out the ttl."""
-    Lock(key, ttl=30, owner="root-1").acquire()  # what the dead runner left
-    Semaphore(key, limit=1, owner="root-1").acquire()
+def test_a_recovered_run_gives_back_nothing_of_a_presumed_dead_runners_levels(key: str) -> None:
+    """A runner presumed dead inside the step (stopped, not extending; owner: the execution)
+    still holds a lock level and a slot that the checkpointed ledger does not list. The
+    recovered run re-enters beside them and gives nothing of them back: once it is out the key
+    is still held, by that runner's level alone, until the runner releases it (or its ttl)."""
+    frozen_lock = Lock(key, ttl=30, auto_extend=False, owner="root-1").acquire()
+    frozen_slot = Semaphore(key, limit=1, owner="root-1").acquire()
     ledger = Ledger()  # the last checkpoint: from before the step took anything
     token = _owned("root-1")
     try:
@@ -295,13 +294,48 @@ def test_levels_a_dead_runner_of_the_execution_left_are_given_back_on_the_re_run
             semaphore=SemaphoreDeclaration(key, limit=1),
         )
         assert scope.enter() is Admission.PROCEED
-        assert Lock(key).state().count == 1
-        assert [r.data["count"] for r in ledger.records] == [1, 1]
+        assert Lock(key).state().count == 2
+        assert [r.data["count"] for r in ledger.records] == [2, 2]
         scope.exit(succeeded=True, failed=False)
     finally:
         unbind_owner(token)
+    state = Lock(key).state()
+    assert (state.owner, state.count) == ("root-1", 1)
+    assert Semaphore(key, limit=1).state().held == 1
+    with pytest.raises(LockAcquisitionError):
+        Lock(key).acquire()
+    frozen_lock.release()  # the runner wakes and leaves
+    frozen_slot.release()
+    assert not frozen_lock.lost
     assert Lock(key).state().owner is None
     assert Semaphore(key, limit=1).state().held == 0
+
+
+def test_a_recovered_run_re_enters_beside_a_checkpointed_hold_instead_of_adopting_it(
+    key: str,
+) -> None:
+    """The checkpointed ledger lists a lock the runner presumed dead still holds (and would
+    release on waking). The recovered run takes a level of its own (same token) instead of
+    adopting that runner's: the runner's release then leaves the recovered run's level held."""
+    ledger = Ledger()
+    token = _owned("root-1")
+    try:
+        frozen = _scope(ledger, key)  # the runner presumed dead, alive in this process
+        assert frozen.enter() is Admission.PROCEED
+        checkpointed = _through_json(ledger)  # what the recovered run loads
+        recovered = _scope(checkpointed, key, recovered=True)
+        assert recovered.enter() is Admission.PROCEED
+        [then], [now] = ledger.records, checkpointed.records
+        assert now.id != then.id  # a record of its own, not the runner's adopted
+        assert now.data["fencing_token"] == then.data["fencing_token"]
+        assert Lock(key).state().count == 2
+        frozen.exit(succeeded=True, failed=False)  # the runner wakes and leaves
+        state = Lock(key).state()
+        assert (state.owner, state.count) == ("root-1", 1)
+        recovered.exit(succeeded=True, failed=False)
+    finally:
+        unbind_owner(token)
+    assert Lock(key).state().owner is None
 
 
 def test_an_enclosing_hold_of_the_same_key_is_not_mistaken_for_a_dead_runners(key: str) -> None:

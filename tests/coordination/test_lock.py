@@ -614,6 +614,35 @@ def test_a_stale_hold_of_the_same_owner_cannot_release_a_newer_one(store: Store,
     fresh.release()
 
 
+def test_each_level_of_one_owner_lapses_and_releases_on_its_own(store: Store, key: str) -> None:
+    """Two levels of one owner (a runner presumed dead, stopped inside, and the recovered run
+    of its execution): the level nobody extends lapses with its own ttl while the other lives
+    on; the lapsed one then extends and frees nothing, and a level's release never frees the
+    owner's other level."""
+    frozen = Lock(key, ttl=0.3, auto_extend=False, owner="exec-R").acquire()
+    recovered = Lock(key, ttl=0.3, owner="exec-R").acquire()  # auto-extended
+    assert (recovered.count, recovered.fencing_token) == (2, frozen.fencing_token)
+    until(lambda: Lock(key).state().count == 1, "the frozen level lapsing", timeout=5)
+    assert not frozen.extend()
+    frozen.release()
+    assert frozen.lost
+    state = Lock(key).state()
+    assert (state.owner, state.count, state.fencing_token) == ("exec-R", 1, frozen.fencing_token)
+    with pytest.raises(LockAcquisitionError):
+        Lock(key).acquire()
+
+    late = Lock(key, ttl=30, auto_extend=False, owner="exec-R").acquire()
+    assert late.count == 2
+    recovered.release()  # the older level first: the newer one keeps the key
+    assert not recovered.lost
+    state = Lock(key).state()
+    assert (state.owner, state.count) == ("exec-R", 1)
+    with pytest.raises(LockAcquisitionError):
+        Lock(key).acquire()
+    late.release()
+    assert Lock(key).state().owner is None
+
+
 def test_a_sub_millisecond_wait_never_blocks_forever(store: Store, key: str) -> None:
     """BLPOP with a timeout under 1 ms (which Redis 6.2 reads as 'forever') returns promptly."""
     started = time.monotonic()

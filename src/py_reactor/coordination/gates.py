@@ -126,9 +126,6 @@ class Gate:
         hold = self._hold(record)
         return True if hold is None else bool(hold.extend())
 
-    def shed(self, record: HoldRecord, levels: int) -> None:
-        """Give back ``levels`` nesting levels of a fresh hold (owned gates only)."""
-
     def detach(self, record: HoldRecord) -> None:
         """Stop keeping ``record`` alive in this process; the record itself stays held."""
         hold = live.pop(record)
@@ -178,18 +175,6 @@ class _OwnedGate(Gate):
         hold.release()
         return bool(hold.lost)
 
-    def shed(self, record: HoldRecord, levels: int) -> None:
-        """Give back ``levels`` nesting levels of the fresh hold ``record``: levels its owner
-        holds in the store that its ledger accounts for nowhere, which only a dead runner of
-        the same execution can have left (it took them after its last checkpoint)."""
-        hold = live.get(record)
-        for _ in range(levels):
-            self._give_back_level(hold)
-        hold.count = record.data["count"] = max(1, hold.count - levels)
-
-    def _give_back_level(self, hold: Any) -> None:
-        raise NotImplementedError
-
     def _adopt(self, record: HoldRecord) -> Any:
         """The hold ``record`` names, still ours (extended now), else None: it lapsed."""
         raise NotImplementedError
@@ -207,20 +192,24 @@ class LockGate(_OwnedGate):
     p: Lock
 
     def _adopt(self, record: HoldRecord) -> LockHold | None:
-        return self.p.adopt(record.owner, record.data["fencing_token"], record.data["count"])
-
-    def _give_back_level(self, hold: LockHold) -> None:
-        hold.store.lock_release(self.key, hold.owner, hold.fencing_token)
+        data = record.data
+        return self.p.adopt(record.owner, data["fencing_token"], data["count"], _level(record))
 
     def _taken(self, hold: LockHold) -> tuple[dict[str, Any], dict[str, Any]]:
         token = hold.fencing_token
-        data = {"fencing_token": token, "count": hold.count, "ttl": self.p.ttl}
+        data = {"fencing_token": token, "count": hold.count, "level": hold.level, "ttl": self.p.ttl}
         return data, {"fencing_token": token}
 
     def _rebuild(self, record: HoldRecord) -> LockHold:
+        data = record.data
         return LockHold(
-            self.p, self.p.store, record.owner, record.data["fencing_token"], record.data["count"]
+            self.p, self.p.store, record.owner, data["fencing_token"], data["count"], _level(record)
         )
+
+
+def _level(record: HoldRecord) -> int:
+    """The lock level ``record`` holds (a record written before levels had one: the first)."""
+    return int(record.data.get("level", 1))
 
 
 class SemaphoreGate(_OwnedGate):
@@ -232,9 +221,6 @@ class SemaphoreGate(_OwnedGate):
 
     def _adopt(self, record: HoldRecord) -> SemaphoreHold | None:
         return self.p.adopt(record.owner, record.data["count"])
-
-    def _give_back_level(self, hold: SemaphoreHold) -> None:
-        hold.store.semaphore_release(self.key, hold.owner)
 
     def _taken(self, hold: SemaphoreHold) -> tuple[dict[str, Any], dict[str, Any]]:
         return {"count": hold.count, "ttl": self.p.lease}, {}

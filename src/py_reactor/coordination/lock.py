@@ -1,13 +1,16 @@
 """``Lock``: an exclusive, re-entrant, self-expiring lock with fencing tokens and fair handoff.
 
 Re-entrant per owner (the running execution's root id, or a fresh id per acquisition outside
-any execution) with a nesting count: the key frees when the outermost hold is released. Every
-fresh hold gets a fencing token, strictly increasing per key, that the holder can pass to the
-systems it writes to. Waiters queue in FIFO order and a release hands the lock straight to the
-oldest live waiter, so nobody polls and nobody starves. Each acquire, release and extend is one
-Lua call. A hold expires ``ttl`` seconds after its last extension, so a holder that dies
-(kill -9) frees the key on its own; while the holder lives, auto-extend pushes the expiry out
-every ``ttl / 3`` seconds.
+any execution): each acquisition by the owner is a *level* of its hold, and the key frees when
+no level is left. Every fresh hold gets a fencing token, strictly increasing per key, that the
+holder can pass to the systems it writes to. Waiters queue in FIFO order and a release hands
+the lock straight to the oldest live waiter, so nobody polls and nobody starves. Each acquire,
+release and extend is one Lua call. A level expires ``ttl`` seconds after its last extension, so
+a holder that dies (kill -9) frees the key on its own; while the holder lives, auto-extend
+pushes the expiry out every ``ttl / 3`` seconds. Levels lapse, extend and release one by one: a
+runner presumed dead (its execution recovered elsewhere, re-entering the hold under the same
+owner) keeps its level until that level's ttl runs out, and when it wakes it extends and
+releases only its own level, never the recovered run's.
 """
 
 from __future__ import annotations
@@ -103,26 +106,27 @@ class Lock(Acquirable["LockHold"]):
 
             taken = wait_to_take(
                 store, "lock", key, attempt, owner=owner, ttl_ms=ttl_ms, wait=wait,
-                give_back=lambda token: store.lock_release(key, owner, token), by=by,
+                give_back=lambda token: store.lock_release(key, owner, token, 1),  # handed: level 1
+                by=by,
             )  # fmt: skip
         if taken is None:
             raise self._busy(wait)
-        return self._held(store, owner, taken.count, taken.token)
+        return self._held(store, owner, taken.count, taken.token, taken.level)
 
-    def adopt(self, owner: str, token: int, count: int) -> LockHold | None:
-        """Take over a hold that ``owner`` still has (one round trip), e.g. after a park or in
-        another process; None if it lapsed (or was taken again) meanwhile.
+    def adopt(self, owner: str, token: int, count: int, level: int) -> LockHold | None:
+        """Take over the ``level`` of a hold that ``owner`` still has (one round trip), e.g.
+        after a park or in another process; None if it lapsed (or was taken again) meanwhile.
 
         Raises:
             StoreUnavailableError: the store cannot be reached.
         """
         store = self.store
-        if not store.lock_extend(self.key, owner, self._ttl_ms, int(token)):
+        if not store.lock_extend(self.key, owner, self._ttl_ms, int(token), int(level)):
             return None
-        return self._held(store, owner, int(count), int(token))
+        return self._held(store, owner, int(count), int(token), int(level))
 
-    def _held(self, store: Store, owner: str, count: int, token: int) -> LockHold:
-        hold = LockHold(self, store, owner, int(token), int(count))
+    def _held(self, store: Store, owner: str, count: int, token: int, level: int) -> LockHold:
+        hold = LockHold(self, store, owner, int(token), int(count), int(level))
         if self.auto_extend:
             # Every hold, not just the outermost: holds of one owner in several threads are
             # released in any order, and the last one standing must keep the key alive.
@@ -162,21 +166,29 @@ class LockHold(Hold):
         fencing_token: strictly increasing per key across fresh holds (a re-entered hold shares
             its outer hold's token). Pass it to the resource you protect and have it reject
             writes carrying a smaller token than one it has seen.
+        level: this acquisition's level of the owner's hold (1: the outermost); it is extended
+            and released alone, and lapses on its own.
         key, owner, count, released, lost: as for every hold (see ``Hold``).
     """
 
-    __slots__ = ("fencing_token",)
+    __slots__ = ("fencing_token", "level")
 
-    def __init__(self, lock: Lock, store: Store, owner: str, token: int, count: int) -> None:
+    def __init__(
+        self, lock: Lock, store: Store, owner: str, token: int, count: int, level: int = 1
+    ) -> None:
         super().__init__(store, lock.key, owner, count, ttl_ms=lock._ttl_ms)
         self.fencing_token = token
+        self.level = level
 
     def _give_back(self) -> int:
-        # The token: a stale hold of the same owner (expired, taken again) frees nothing.
-        return self.store.lock_release(self.key, self.owner, self.fencing_token)
+        # The token: a stale hold of the same owner (expired, taken again) frees nothing; the
+        # level: nor does one whose level lapsed while the owner's other levels live on.
+        return self.store.lock_release(self.key, self.owner, self.fencing_token, self.level)
 
     def _renew(self) -> bool:
-        return self.store.lock_extend(self.key, self.owner, self._ttl_ms, self.fencing_token)
+        return self.store.lock_extend(
+            self.key, self.owner, self._ttl_ms, self.fencing_token, self.level
+        )
 
     def __repr__(self) -> str:
         state = "released" if self.released else "held"

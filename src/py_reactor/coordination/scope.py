@@ -3,7 +3,9 @@
 One mechanism for reactor-level and step-level declarations, driven through the gate protocol
 (``coordination.gates``) with no branch per primitive. What a scope takes is written to the
 execution's ledger (``coordination.holds``) as it is taken, so a scope built again later — after
-a park, or in another process — finds and adopts its own holds. The order::
+a park, or in another process — finds and adopts its own holds (except the lock and semaphore
+levels of a runner presumed dead, which a recovered run re-enters beside: see
+``Scope._adoptable``). The order::
 
     1. ordered lock  wait for this position's turn (nothing else is held while waiting)
     2. period        fast check: already done in this bucket -> stop before taking anything
@@ -155,7 +157,7 @@ class Scope:
     ) -> None:
         self.declarations = declarations
         self.by = by
-        self.recovered = recovered  # the run resumes a dead runner's: see _shed_leftovers
+        self.recovered = recovered  # the run resumes a dead runner's: see _adoptable
         self.reactor = reactor
         self.step = step
         self.where = f"reactor {reactor}" if step is None else f"reactor {reactor}, step {step!r}"
@@ -269,10 +271,8 @@ class Scope:
                     return Admission(skip.reason)
                 continue
             held_before = mine is not None and mine.state == HELD
-            answer, taker = self._take(gate, name, mine, owner)
+            answer, taker = self._take(gate, name, self._adoptable(gate, mine), owner)
             record = answer.record
-            if self.recovered and isinstance(answer, Entered) and answer.fresh and record:
-                self._shed_leftovers(gate, record)
             if record is not mine:
                 if mine is not None:  # it lapsed meanwhile: the gate's answer replaces it
                     self.ledger.remove(mine)
@@ -330,30 +330,14 @@ class Scope:
             return answer, None
         return answer, (owner if exclusive else None)
 
-    def _shed_leftovers(self, gate: Gate, record: HoldRecord) -> None:
-        """In a run that resumes a dead runner's (``recovered``), a fresh hold nested deeper in
-        the store than the ledger accounts for holds levels that runner took after its last
-        checkpoint (the owner is the execution, so the re-run re-entered them): give those back
-        now, or the key would stay held, unextended, until their ttl ran out after this run
-        released its own. Only then: elsewhere (a decorated helper nested in another, say)
-        levels the ledger does not list are live holds of this very process."""
-        count = record.data.get("count", 1)
-        if not gate.exclusive or count <= 1:
-            return
-        accounted = 1 + sum(
-            1
-            for r in self.ledger
-            if r.entry == record.entry and r.owner == record.owner and r.state == HELD
-        )
-        if count > accounted:
-            logger.info(
-                "py_reactor: %s %r: giving back %d level(s) a dead runner of this execution "
-                "left held",
-                gate.primitive,
-                gate.key,
-                count - accounted,
-            )
-            gate.shed(record, count - accounted)
+    def _adoptable(self, gate: Gate, mine: HoldRecord | None) -> HoldRecord | None:
+        """``mine``, unless this run resumes one whose runner was presumed dead (``recovered``)
+        and ``gate`` keeps others out: that runner may still be alive (stopped, stalled) and
+        inside, and it releases its level when it wakes. So the recovered run re-enters the
+        execution's hold with a level of its own instead of adopting that runner's, and never
+        gives that runner's level back early: it lapses with its own ttl, and its release, if
+        it comes, frees only itself (the store releases and extends one level at a time)."""
+        return None if self.recovered and gate.exclusive else mine
 
     def _wait(self, name: str) -> float | None:
         if self.wait is not None:

@@ -71,12 +71,15 @@ class LockReply:
         count: its nesting count when held (> 1: re-entered), else 0.
         token: the lock's fencing token when held; 0 for a semaphore or when not held.
         busy_ms: when not held: ms until the holder's lease lapses (a semaphore: the soonest).
+        level: a lock's level the caller took (1: the outermost, as a handed hold is); only
+            that level is extended and released by the caller (each lapses on its own).
     """
 
     held: bool
     count: int
     token: int
     busy_ms: int = 0
+    level: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,17 +194,19 @@ class Store(Protocol):
         given, queue that ticket for it in the same call. A fresh hold records ``by``."""
         ...
 
-    def lock_release(self, key: str, owner: str, token: int) -> int:
-        """Release one level; at zero hand it to the oldest live waiter (else wake the oldest
-        parked execution). Returns the count left, 0 when freed, -1 when not held."""
+    def lock_release(self, key: str, owner: str, token: int, level: int) -> int:
+        """Release the caller's ``level`` (no other); with no live level left, hand the lock to
+        the oldest live waiter (else wake the oldest parked execution). Returns the live levels
+        left, 0 when freed, -1 when that level was not held (it lapsed)."""
         ...
 
-    def lock_extend(self, key: str, owner: str, ttl_ms: int, token: int) -> bool:
-        """Push the hold's expiry out to ``ttl_ms``; False when that hold is no longer held."""
+    def lock_extend(self, key: str, owner: str, ttl_ms: int, token: int, level: int) -> bool:
+        """Push the expiry of the caller's ``level`` out to ``ttl_ms``; False when that level is
+        no longer held (a lapsed level stays lapsed)."""
         ...
 
     def lock_state(self, key: str) -> LockInfo:
-        """The lock's state (read only)."""
+        """The lock's state (read only); its count is the live levels."""
         ...
 
     # -- semaphore -------------------------------------------------------------------------

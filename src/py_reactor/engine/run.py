@@ -42,8 +42,9 @@ class WorkerMode:
             the root context; raises :class:`StaleExecution` when another runner owns it now.
         root: the root context, where parks are counted and traced.
         prefix: the dotted path of the composed child running now (``"child."``).
-        recovered: this run resumes one whose runner died (its lease lapsed): holds that
-            runner took after its last checkpoint may still be in the store.
+        recovered: this run resumes one whose runner was presumed dead (its lease lapsed):
+            that runner may still be inside a step, so its lock and semaphore levels are
+            re-entered beside, never adopted or given back (they lapse with their ttl).
     """
 
     park_max_attempts: float

@@ -5,7 +5,8 @@ key); ``storage.redis`` asks this module for the names a script touches and pass
 ``KEYS``. All the keys of one coordination key share a Redis Cluster hash tag, the user's key
 within braces, so each script of a primitive works within one slot::
 
-    py_reactor:lock:{<key>}:hold            hash  owner, count, token, waiting, by
+    py_reactor:lock:{<key>}:hold            hash  owner, count, token, waiting, by, seq,
+                                                  level:<n>
     py_reactor:lock:{<key>}:queue           zset  "<waiter>|<by>|<owner>|<ttl_ms>|<wait_ms>"
                                                   by enqueue time (server us)
     py_reactor:lock:{<key>}:wake:<waiter>   list  the token a release hands the waiter

@@ -131,23 +131,27 @@ class RedisStore:
     ) -> LockReply:
         k = keys.lock(key)
         more_keys, member = _waiting(waiter, k.wake)
-        held, count, token = self.run_script(
+        held, count, token, level = self.run_script(
             "lock_acquire", (k.hold, k.queue, *more_keys), (owner, ttl_ms, member, _by(by))
         )
-        # {1, count, token} when held, {0, the holder's ms left, 0} when busy
-        return LockReply(True, count, token) if held else LockReply(False, 0, 0, count)
+        # {1, count, token, level} when held, {0, the holder's ms left, 0, 0} when busy
+        return LockReply(True, count, token, level=level) if held else LockReply(False, 0, 0, count)
 
-    def lock_release(self, key: str, owner: str, token: int) -> int:
+    def lock_release(self, key: str, owner: str, token: int, level: int) -> int:
         k = keys.lock(key)
         # DUE and READY are global, so this call is cross-slot (see lock_release.lua).
         return int(
             self.run_script(
-                "lock_release", (k.hold, k.queue, k.parked, keys.DUE, keys.READY), (owner, token)
+                "lock_release",
+                (k.hold, k.queue, k.parked, keys.DUE, keys.READY),
+                (owner, token, level),
             )
         )
 
-    def lock_extend(self, key: str, owner: str, ttl_ms: int, token: int) -> bool:
-        return bool(self.run_script("lock_extend", (keys.lock(key).hold,), (owner, ttl_ms, token)))
+    def lock_extend(self, key: str, owner: str, ttl_ms: int, token: int, level: int) -> bool:
+        return bool(
+            self.run_script("lock_extend", (keys.lock(key).hold,), (owner, ttl_ms, token, level))
+        )
 
     def lock_state(self, key: str) -> LockInfo:
         k = keys.lock(key)

@@ -1,0 +1,165 @@
+"""A runner frozen inside a locked step (SIGSTOP past its lease) never lets a third run in.
+
+Real worker processes (thread workers, started as separate OS processes) on the session's
+private redis-server. The runner of an execution is stopped with SIGSTOP inside a step that
+holds ``with_lock(key)``; its lease lapses, another worker process recovers the execution and
+re-enters the step (same execution, same owner). The stopped runner is woken with SIGCONT
+while the recovered run is still inside: it leaves and gives back its own level of the lock,
+never the recovered run's, so a third execution on the key parks until the recovered run is
+out. Every stay inside the step is written to an ``OverlapRecorder``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+import redis
+
+import py_reactor
+import py_reactor.workers
+from py_reactor import DispatchedResult, Lock, SuccessResult, configure, find
+from tests._overlap import OverlapRecorder
+from tests._redis import PrivateRedis
+from tests.concurrency import _frozen_reactors as fr
+
+T = TypeVar("T")
+
+#: This checkout (for ``tests``) and the very ``py_reactor`` this process imported.
+CHILD_PATH = os.pathsep.join(
+    [str(Path(__file__).resolve().parents[2]), str(Path(py_reactor.__file__).resolve().parents[1])]
+)
+
+
+@pytest.fixture(autouse=True)
+def _no_worker(
+    _default_settings: None, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[None]:
+    """The private server, and no thread worker in this process: the worker processes run
+    everything this test dispatches."""
+    configure(redis_url=redis_url, execution_lease=fr.LEASE)
+    py_reactor.workers.stop()
+    monkeypatch.setattr(py_reactor.workers, "ensure_worker", lambda: None)
+    yield
+    py_reactor.workers.stop()
+
+
+@pytest.fixture
+def raw(private_redis: PrivateRedis) -> redis.Redis:
+    """A plain client of the private server (decoded strings)."""
+    return private_redis.client()
+
+
+def poll(probe: Callable[[], T | None], what: str, timeout: float = 30.0) -> T:
+    """The first truthy value ``probe()`` returns, polled until ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not reached within {timeout:g} s")
+        time.sleep(0.01)
+
+
+def worker(url: str) -> subprocess.Popen[bytes]:
+    """A worker process (``_frozen_reactors.serve``) in a new interpreter."""
+    code = "import sys; from tests.concurrency._frozen_reactors import serve; serve(sys.argv[1])"
+    return subprocess.Popen(
+        [sys.executable, "-c", code, url],
+        env={**os.environ, "PYTHONPATH": CHILD_PATH},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+
+
+def dispatch(key: str) -> str:
+    """Dispatch a ``Frozen`` run on lock ``key``; its execution id."""
+    out = fr.Frozen.run(lock=key)
+    assert isinstance(out, DispatchedResult), out
+    return out.execution_id
+
+
+def executions_inside(events: list[tuple[str, str]]) -> int:
+    """The most distinct executions inside at once, replayed from the recorder's events
+    (two runners of one execution count once: a recovery re-enters its own hold)."""
+    inside: dict[str, int] = {}
+    most = 0
+    for kind, who in events:
+        execution = who.partition("@")[0]
+        inside[execution] = inside.get(execution, 0) + (1 if kind == "enter" else -1)
+        most = max(most, sum(1 for n in inside.values() if n > 0))
+    return most
+
+
+def test_a_runner_stopped_past_its_lease_never_lets_a_third_run_into_the_lock(
+    redis_url: str, key: str, raw: redis.Redis
+) -> None:
+    """Runner A (process W1) is inside the locked step; SIGSTOP W1; its lease lapses and W2
+    recovers the execution: runner B re-enters the step, A's level kept beside B's. SIGCONT
+    W1: A leaves and releases its own level; the lock stays B's. A third execution C parks
+    on the key and enters only after B is out: never two executions inside at once."""
+    recorder = OverlapRecorder(redis_url, key)
+    w1 = worker(redis_url)
+    w2: subprocess.Popen[bytes] | None = None
+    try:
+        first = dispatch(key)
+        a = fr.label(first, w1.pid)
+        poll(lambda: recorder.events == [("enter", a)] or w1.poll() is not None, "A inside")
+        assert w1.poll() is None, w1.communicate(timeout=10)[1].decode()
+        os.kill(w1.pid, signal.SIGSTOP)
+
+        w2 = worker(redis_url)  # recovers the execution once A's lease has lapsed
+        b = fr.label(first, w2.pid)
+        poll(lambda: len(recorder.events) >= 2, "the recovered run inside", timeout=60)
+        assert recorder.events == [("enter", a), ("enter", b)]
+        both = Lock(key).state()  # A is stopped inside, B runs inside: two levels
+
+        raw.set(f"{key}:{first}:go:1", "1")  # A may leave once it wakes
+        os.kill(w1.pid, signal.SIGCONT)
+        poll(lambda: raw.lrange(f"{key}:released", 0, -1), "A releasing its level")
+        assert raw.lrange(f"{key}:released", 0, -1) == [f"{a}|lost=False"]
+        assert recorder.events == [("enter", a), ("enter", b), ("leave", a)]
+        after_a = Lock(key).state()  # B is still inside
+
+        third = dispatch(key)
+        raw.set(f"{key}:{third}:go:1", "1")  # C leaves as soon as it is in
+
+        def parked_or_inside() -> bool:
+            found = find(third)
+            waiting = found is not None and found.status == "waiting"
+            return waiting or any(who.startswith(third) for _, who in recorder.events)
+
+        poll(parked_or_inside, "C parking on the lock, or entering it")
+        while_b = find(third)
+        raw.set(f"{key}:{first}:go:2", "1")  # B leaves
+        assert isinstance(py_reactor.workers.wait(first, timeout=30), SuccessResult)
+        assert isinstance(py_reactor.workers.wait(third, timeout=30), SuccessResult)
+
+        events = recorder.events
+        assert executions_inside(events) == 1, events
+        assert events[:4] == [("enter", a), ("enter", b), ("leave", a), ("leave", b)]
+        assert [kind for kind, _ in events[4:]] == ["enter", "leave"]
+        assert all(who.startswith(f"{third}@") for _, who in events[4:])
+        assert (both.owner, both.count) == (first, 2)  # recovery shed nothing of A's
+        assert (after_a.owner, after_a.count) == (first, 1)  # A's release left B's level
+        assert after_a.fencing_token == both.fencing_token
+        assert while_b is not None
+        assert while_b.status == "waiting"
+        assert while_b.waiting_on is not None
+        assert (while_b.waiting_on["primitive"], while_b.waiting_on["key"]) == ("lock", key)
+        assert Lock(key).state().owner is None  # everything given back in the end
+    finally:
+        for process in (w1, w2):
+            if process is not None:
+                os.kill(process.pid, signal.SIGCONT)
+                process.kill()
+                process.wait(10)
+                process.communicate(timeout=10)
