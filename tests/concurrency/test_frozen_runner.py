@@ -24,6 +24,7 @@ import pytest
 import redis
 
 import py_reactor
+import py_reactor.transport.threads
 import py_reactor.workers
 from py_reactor import DispatchedResult, Lock, SuccessResult, configure, find
 from tests._overlap import OverlapRecorder
@@ -46,7 +47,7 @@ def _no_worker(
     everything this test dispatches."""
     configure(redis_url=redis_url, execution_lease=fr.LEASE)
     py_reactor.workers.stop()
-    monkeypatch.setattr(py_reactor.workers, "ensure_worker", lambda: None)
+    monkeypatch.setattr(py_reactor.transport.threads, "ensure_worker", lambda: None)
     yield
     py_reactor.workers.stop()
 
