@@ -11,13 +11,13 @@ from py_reactor.engine.context import Context
 from py_reactor.engine.results import FailureResult, Outcome, PausedResult
 from py_reactor.engine.serializer import dumps_context
 from py_reactor.observability.propagation import dispatching
-from py_reactor.runtime.execution import ended
+from py_reactor.runtime.execution import ended, finish
 from py_reactor.runtime.execution import wait as wait_for
 from py_reactor.runtime.pauses import store_pause
 from py_reactor.runtime.transport import Transport
 from py_reactor.storage import executions as stored_executions
 
-__all__ = ["StoreUnits"]
+__all__ = ["StoreUnits", "dispatch", "store_new"]
 
 
 class StoreUnits:
@@ -30,8 +30,7 @@ class StoreUnits:
         self.transport = transport
 
     def dispatch(self, reactor: type[Reactor], context: Context) -> None:
-        dispatching(context)  # middleware may store data with it (the OpenTelemetry context)
-        self.transport.dispatch(reactor, context)
+        dispatch(reactor, context, self.transport)
 
     def wait(self, execution_id: str, timeout: float) -> Outcome | None:
         try:
@@ -47,7 +46,7 @@ class StoreUnits:
         store_pause(outcome, transport=self.transport)
 
     def finish(self, execution_id: str, timeout: float | None) -> Outcome:
-        return wait_for(execution_id, timeout=timeout)
+        return finish(execution_id, timeout)
 
     def reserve(
         self, reactor: str, correlation_id: str, execution_id: str, deadline: float | None
