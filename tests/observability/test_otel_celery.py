@@ -36,7 +36,7 @@ from py_reactor.storage import current_store
 from py_reactor.storage.executions import ExecutionStore
 from tests._redis import PrivateRedis
 from tests.observability._otel_celery_worker import SPANS, Traced
-from tests.workers.test_celery import ROOT, Worker, until
+from tests.transport.test_celery import ROOT, Worker, until
 
 #: The queue this module's worker serves (no other module's worker takes these jobs).
 QUEUE = f"otel-celery-{uuid.uuid4().hex[:8]}"

@@ -1,6 +1,6 @@
 """Reactors with step-level semaphore, ordered lock, rate limit and period, and locked steps
 that roll back, that the Celery primitive tests send to real worker processes
-(``py-reactor worker --import tests.workers._celery_primitive_reactors``).
+(``py-reactor worker --import tests.transport._celery_primitive_reactors``).
 
 They report as ``_celery_reactors`` does (importing it also applies the worker settings its
 test passes through the environment): each step appends ``"<what>:<pid>"`` to the list
@@ -28,7 +28,7 @@ from py_reactor import (
 )
 from py_reactor.config import get_config
 from tests._overlap import OverlapRecorder
-from tests.workers._celery_reactors import client, record
+from tests.transport._celery_reactors import client, record
 
 #: The rate limits' window (seconds): long enough for two runs to reach their step in one.
 WINDOW = 6

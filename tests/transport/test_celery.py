@@ -29,7 +29,7 @@ from py_reactor.engine.context import Context
 from py_reactor.engine.serializer import dumps_context
 from py_reactor.storage.executions import record_key
 from tests._redis import PrivateRedis, free_port
-from tests.workers import _celery_reactors as r
+from tests.transport import _celery_reactors as r
 
 ROOT = Path(__file__).resolve().parents[2]
 LEASE = 2.0  # the workers' execution lease (seconds): recovery tests wait about this long
@@ -53,7 +53,7 @@ class Worker:
         concurrency: int = 2,
         settings: dict[str, str] | None = None,
         *,
-        imports: str = "tests.workers._celery_reactors",
+        imports: str = "tests.transport._celery_reactors",
         lease: float | None = LEASE,
     ) -> None:
         self.log = Path(tempfile.mkstemp(prefix="pyr-celery-", suffix=".log")[1])
@@ -505,7 +505,7 @@ def test_a_job_whose_reactor_cannot_be_imported_fails_it_and_the_worker_goes_on(
 
 def test_a_job_whose_stored_context_is_unreadable_fails_it(key: str) -> None:
     execution_id = f"corrupt-{key}"
-    _stored(execution_id, "tests.workers._celery_reactors:Three", "{not json")
+    _stored(execution_id, "tests.transport._celery_reactors:Three", "{not json")
     failed = until(
         lambda: (f := find(execution_id)) is not None and f.status == "failed" and f,
         "the execution failed",
@@ -781,7 +781,7 @@ def _sweep_sends(server: PrivateRedis, key: str) -> None:
     raw = server.client()
     queue = f"swept-{key}"
     execution_id = f"due-{key}"
-    reactor = "tests.workers._celery_reactors:Three"
+    reactor = "tests.transport._celery_reactors:Three"
     context = dumps_context(Context(reactor=reactor, inputs={"key": key, "n": 1}))
     assert ExecutionStore(current_store()).create(
         execution_id, reactor, context, "pending", sent_by_caller=0.001, queue=queue

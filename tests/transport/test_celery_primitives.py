@@ -27,8 +27,8 @@ import redis
 from py_reactor import Lock, Period, Reactor, Semaphore, find
 from tests._overlap import OverlapRecorder
 from tests.engine.coordination._helpers import fresh_window
-from tests.workers import _celery_primitive_reactors as p
-from tests.workers.test_celery import Worker, on_queue, records, serving, until
+from tests.transport import _celery_primitive_reactors as p
+from tests.transport.test_celery import Worker, on_queue, records, serving, until
 
 QUEUE = "py_reactor_primitives"
 PARK_DELAY = 60.0  # the workers' park timer: far longer than any wake may take
@@ -41,7 +41,7 @@ STARTED: list[Worker] = []
 @pytest.fixture(scope="module")
 def primitive_workers(redis_url: str) -> Iterator[list[Worker]]:
     with serving(
-        redis_url, QUEUE, "tests.workers._celery_primitive_reactors", p.Ping, STARTED, PARK_DELAY
+        redis_url, QUEUE, "tests.transport._celery_primitive_reactors", p.Ping, STARTED, PARK_DELAY
     ) as started:
         yield started
 

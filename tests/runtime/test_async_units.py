@@ -28,8 +28,8 @@ from py_reactor.observability import events as ev
 from py_reactor.storage import current_store
 from py_reactor.storage.executions import ExecutionStore
 from tests._overlap import OverlapRecorder
-from tests.workers import _async_reactors as r
-from tests.workers.test_background import status, until
+from tests.runtime import _async_reactors as r
+from tests.runtime.test_background import status, until
 
 
 @pytest.fixture(autouse=True)
@@ -111,7 +111,7 @@ def test_inline_units_and_async_reactors_give_their_values(key: str) -> None:
     assert set(units) == {"inline", "kid"}
     kid = find(units["kid"])
     assert kid is not None
-    assert kid.reactor == "tests.workers._async_reactors:Child"
+    assert kid.reactor == "tests.runtime._async_reactors:Child"
 
 
 def test_a_reactor_may_return_a_units_value(key: str) -> None:

@@ -57,7 +57,7 @@ from py_reactor.storage.executions import (
 from py_reactor.storage.keys import DUE as DUE_KEY
 from py_reactor.transport.threads import THREADS
 from tests._redis import PrivateRedis
-from tests.workers import _recovery_reactors as rr
+from tests.runtime import _recovery_reactors as rr
 
 T = TypeVar("T")
 
@@ -104,7 +104,7 @@ def poll(probe: Callable[[], T | None], what: str, timeout: float = 15.0) -> T:
 def child(entry: str, *args: str) -> subprocess.Popen[bytes]:
     """Start ``_recovery_reactors.<entry>(*args)`` in a new interpreter."""
     code = (
-        f"import sys; from tests.workers._recovery_reactors import {entry}; {entry}(*sys.argv[1:])"
+        f"import sys; from tests.runtime._recovery_reactors import {entry}; {entry}(*sys.argv[1:])"
     )
     env = {**os.environ, "PYTHONPATH": CHILD_PATH}
     return subprocess.Popen(
@@ -402,8 +402,8 @@ def test_an_unreadable_record_is_failed_not_retried_forever(
     ("reactor", "cause"),
     [
         ("tests.workers._no_such_module:Gone", "cannot import module 'tests.workers._no_such"),
-        ("tests.workers._recovery_reactors:Renamed", "is not defined"),
-        ("tests.workers._recovery_reactors:client", "is not defined"),  # not a Reactor
+        ("tests.runtime._recovery_reactors:Renamed", "is not defined"),
+        ("tests.runtime._recovery_reactors:client", "is not defined"),  # not a Reactor
     ],
 )
 def test_an_unimportable_reactor_fails_naming_the_class_and_the_worker_goes_on(

@@ -18,7 +18,7 @@ import pytest
 from py_reactor import Lock, Middleware, Period, Semaphore, configure, find
 from py_reactor.coordination.period import PeriodClaim
 from py_reactor.observability import events as ev
-from tests.workers import _reactors as r
+from tests.runtime import _reactors as r
 
 PARK_DELAY = 30.0
 WOKEN_WITHIN = 10.0  # far inside the park timer

@@ -22,8 +22,8 @@ from py_reactor import Lock, MapResult, Middleware, configure, find
 from py_reactor.engine._fan_out import element_id
 from py_reactor.engine.context import Context
 from py_reactor.observability import events as ev
-from tests.workers import _celery_map_reactors as c
-from tests.workers.test_celery import Worker, on_queue, records, serving, until
+from tests.transport import _celery_map_reactors as c
+from tests.transport.test_celery import Worker, on_queue, records, serving, until
 
 QUEUE = "py_reactor_map_fan_out"
 PARK_DELAY = 30.0  # the workers' park timer: far longer than any wake may take
@@ -37,7 +37,7 @@ STARTED: list[Worker] = []
 @pytest.fixture(scope="module")
 def map_workers(redis_url: str) -> Iterator[list[Worker]]:
     with serving(
-        redis_url, QUEUE, "tests.workers._celery_map_reactors", c.Ping, STARTED, PARK_DELAY
+        redis_url, QUEUE, "tests.transport._celery_map_reactors", c.Ping, STARTED, PARK_DELAY
     ) as started:
         yield started
 

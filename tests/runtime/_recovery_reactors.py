@@ -3,7 +3,7 @@
 They live at module level in a module of their own so that a worker in any process can import
 them by ``module:qualname``. Steps record what they do in Redis under keys that start with the
 run's ``tag`` input (the test's unique key), so the test process sees what every process did.
-A child process is started as ``python -c "from tests.workers._recovery_reactors import
+A child process is started as ``python -c "from tests.runtime._recovery_reactors import
 <entry>; <entry>(*sys.argv[1:])" <args>``.
 """
 

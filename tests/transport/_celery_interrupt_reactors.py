@@ -1,5 +1,5 @@
 """Reactors with interrupts that the Celery interrupt tests send to real worker processes
-(``py-reactor worker --import tests.workers._celery_interrupt_reactors``).
+(``py-reactor worker --import tests.transport._celery_interrupt_reactors``).
 
 They report as ``_celery_reactors`` does (importing it also applies the worker settings its
 test passes through the environment): each step appends ``"<what>:<pid>"`` to the list
@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from py_reactor import Lock, Reactor, Result, background, interrupt, step, with_lock
-from tests.workers._celery_reactors import record
+from tests.transport._celery_reactors import record
 
 
 class Approval(BaseModel):

@@ -24,7 +24,7 @@ from py_reactor.errors import HandoffRefusedError
 from py_reactor.observability import events as ev
 from py_reactor.storage import current_store
 from py_reactor.storage.executions import ExecutionStore
-from tests.workers import _map_fan_out_reactors as m
+from tests.runtime import _map_fan_out_reactors as m
 
 WOKEN_WITHIN = 10.0  # a resume this soon after the event can only be a wake (timer: 30 s)
 
@@ -129,7 +129,7 @@ def test_each_element_is_an_execution_of_its_own_and_the_values_keep_element_ord
         element = find(execution_id)
         assert element is not None
         assert element.status == "completed"
-        assert element.reactor == "tests.workers._map_fan_out_reactors:ChargeOne"
+        assert element.reactor == "tests.runtime._map_fan_out_reactors:ChargeOne"
         assert outcome.context.children[f"charges[{i}]"].execution_id == execution_id
     assert "map_fan_out" not in outcome.context.private  # bookkeeping dropped once it ended
 

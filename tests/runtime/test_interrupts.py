@@ -32,8 +32,8 @@ from py_reactor.errors import (
     ResumeError,
 )
 from py_reactor.testing import assert_paused_at
-from tests.workers import _interrupt_reactors as r
-from tests.workers.test_background import status, until
+from tests.runtime import _interrupt_reactors as r
+from tests.runtime.test_background import status, until
 
 
 @pytest.fixture(autouse=True)

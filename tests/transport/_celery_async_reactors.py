@@ -1,5 +1,5 @@
 """Reactors with async units (``async_step``, ``async_reactor``) that the Celery async tests send
-to real worker processes (``py-reactor worker --import tests.workers._celery_async_reactors``).
+to real worker processes (``py-reactor worker --import tests.transport._celery_async_reactors``).
 
 They report as ``_celery_reactors`` does (importing it also applies the worker settings its
 test passes through the environment): each step appends ``"<what>:<pid>"`` to the list
@@ -27,7 +27,7 @@ from py_reactor import (
 )
 from py_reactor.config import get_config
 from tests._overlap import OverlapRecorder
-from tests.workers._celery_reactors import client, record
+from tests.transport._celery_reactors import client, record
 
 
 def hold_until_told(key: str, timeout: float = 30) -> None:

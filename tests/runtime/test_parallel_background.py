@@ -16,7 +16,7 @@ import pytest
 
 from py_reactor import Lock, Middleware, OrderedLock, configure, find
 from py_reactor.observability import events as ev
-from tests.workers import _parallel_reactors as pr
+from tests.runtime import _parallel_reactors as pr
 
 PATIENCE = 10.0
 

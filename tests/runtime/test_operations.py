@@ -12,8 +12,8 @@ from py_reactor import CancelledResult, Lock, configure, find, workers
 from py_reactor.errors import ExecutionStateError
 from py_reactor.storage import current_store
 from py_reactor.transport import threads
-from tests.workers import _operations_reactors as o
-from tests.workers.test_background import status, until
+from tests.runtime import _operations_reactors as o
+from tests.runtime.test_background import status, until
 
 
 @pytest.fixture(autouse=True)

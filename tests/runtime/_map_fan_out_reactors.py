@@ -1,5 +1,5 @@
 """Module-level reactors for the fan-out map tests on the thread worker
-(``tests/workers/test_map_fan_out.py``).
+(``tests/runtime/test_map_fan_out.py``).
 
 Each element is its own execution, found by a worker thread by ``module:qualname``, so the
 child reactor lives here. The elements run on this process's worker threads, so they report

@@ -18,8 +18,8 @@ import redis
 from py_reactor import Lock, find
 from py_reactor.errors import InputValidationError, InterruptTimeoutError, ResumeError
 from py_reactor.testing import assert_paused_at
-from tests.workers import _celery_interrupt_reactors as c
-from tests.workers.test_celery import Worker, on_queue, records, serving, until
+from tests.transport import _celery_interrupt_reactors as c
+from tests.transport.test_celery import Worker, on_queue, records, serving, until
 
 QUEUE = "py_reactor_interrupts"
 PARK_DELAY = 30.0  # the workers' park timer: a resume within seconds was woken, not timed
@@ -31,7 +31,7 @@ STARTED: list[Worker] = []
 
 @pytest.fixture(scope="module")
 def interrupt_workers(redis_url: str) -> Iterator[list[Worker]]:
-    reactors = "tests.workers._celery_interrupt_reactors"
+    reactors = "tests.transport._celery_interrupt_reactors"
     with serving(redis_url, QUEUE, reactors, c.Ping, STARTED, PARK_DELAY) as started:
         yield started
 

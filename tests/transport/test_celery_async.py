@@ -20,8 +20,8 @@ import redis
 
 from py_reactor import Lock, find
 from tests._overlap import OverlapRecorder
-from tests.workers import _celery_async_reactors as a
-from tests.workers.test_celery import Worker, on_queue, records, serving, until
+from tests.transport import _celery_async_reactors as a
+from tests.transport.test_celery import Worker, on_queue, records, serving, until
 
 QUEUE = "py_reactor_async_units"
 PARK_DELAY = 30.0  # the workers' park timer: far longer than any wake may take
@@ -35,7 +35,7 @@ STARTED: list[Worker] = []
 @pytest.fixture(scope="module")
 def unit_workers(redis_url: str) -> Iterator[list[Worker]]:
     with serving(
-        redis_url, QUEUE, "tests.workers._celery_async_reactors", a.Ping, STARTED, PARK_DELAY
+        redis_url, QUEUE, "tests.transport._celery_async_reactors", a.Ping, STARTED, PARK_DELAY
     ) as started:
         yield started
 
@@ -355,7 +355,7 @@ def test_an_async_reactor_with_a_reactor_level_lock_runs_in_a_worker_and_its_val
     assert all(pid != os.getpid() for _, pid in ran)
     found = stored(child)
     assert found.status == "completed"
-    assert found.reactor == "tests.workers._celery_async_reactors:LockedChild"
+    assert found.reactor == "tests.transport._celery_async_reactors:LockedChild"
     assert found.results == {"book": 42}
     assert stored(out.execution_id).results["child"] == 42
     assert Lock(a.lock_key(account)).state().owner is None

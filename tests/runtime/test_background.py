@@ -29,7 +29,7 @@ from py_reactor import (
 )
 from py_reactor.errors import DefinitionError, LockAcquisitionError
 from py_reactor.observability import events as ev
-from tests.workers import _reactors as r
+from tests.runtime import _reactors as r
 
 
 @pytest.fixture(autouse=True)

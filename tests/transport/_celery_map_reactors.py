@@ -1,5 +1,5 @@
 """Reactors with fanned-out map steps that the Celery map tests send to real worker processes
-(``py-reactor worker --import tests.workers._celery_map_reactors``).
+(``py-reactor worker --import tests.transport._celery_map_reactors``).
 
 They report as ``_celery_reactors`` does (importing it also applies the worker settings the
 test passes through the environment): each step appends ``"<what>:<pid>"`` to the list
@@ -17,7 +17,7 @@ from typing import Any
 from py_reactor import Element, Input, Lock, Reactor, Result, background, map_step, step, with_lock
 from py_reactor.config import get_config
 from tests._overlap import OverlapRecorder
-from tests.workers._celery_reactors import client, record
+from tests.transport._celery_reactors import client, record
 
 
 def card(args: Any) -> str:
