@@ -26,11 +26,16 @@ local h = redis.call('HMGET', KEYS[1], 'owner', 'count', 'token', 'waiting', min
 if h[1] ~= ARGV[1] or tonumber(h[3]) ~= tonumber(ARGV[2]) then
   return -1
 end
-local now = now_ms()
-if tonumber(h[5] or '0') <= now then  -- our level lapsed: nothing of ours to give back
+if not h[5] then  -- our level lapsed and was dropped: nothing of ours to give back
   return -1
 end
+-- A single level lapses with the hash itself, so finding it proves it live: only a hold of
+-- several levels needs the clock.
 if tonumber(h[2]) > 1 then
+  local now = now_ms()
+  if tonumber(h[5]) <= now then  -- our level lapsed: nothing of ours to give back
+    return -1
+  end
   redis.call('HDEL', KEYS[1], mine)
   local live, latest = live_levels(KEYS[1], now, true)
   if live > 0 then
