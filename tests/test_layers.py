@@ -34,15 +34,6 @@ KNOWN_CYCLES: set[frozenset[str]] = {
             "py_reactor.storage.redis",
         }
     ),
-    # debt: hold records and period claims refer to each other
-    frozenset(
-        {
-            "py_reactor.coordination._base",
-            "py_reactor.coordination._exit",
-            "py_reactor.coordination._extender",
-            "py_reactor.coordination.period",
-        }
-    ),
     # debt: a reactor builds its async units' one-step reactors when it is defined
     frozenset({"py_reactor.dsl.reactor", "py_reactor.dsl.units"}),
     # debt: one handler per step kind and one scheduler will replace this knot
@@ -87,7 +78,6 @@ LAZY_EXACT = frozenset({"py_reactor.web"})
 
 #: Function-level imports that remain inside the engine's knot (see KNOWN_CYCLES), by file.
 KNOWN_LAZY: dict[str, int] = {
-    "coordination/_exit.py": 2,
     "coordination/declarations.py": 3,
     "dsl/reactor.py": 1,
     "engine/_fan_out.py": 1,

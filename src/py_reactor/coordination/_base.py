@@ -90,6 +90,10 @@ class Hold:
             self.lost = not alive
         return alive
 
+    def release_for_exit(self) -> None:
+        """At a clean exit of the process: release, as ``release`` does (``ExitReleasable``)."""
+        self.release()
+
     def __enter__(self) -> Self:
         return self
 

@@ -4,7 +4,8 @@ A script that ends (or calls ``sys.exit``) with a ``Lock(...).acquire()`` it nev
 would otherwise keep the key from everyone for the rest of the hold's ttl. At interpreter exit
 the extender (``coordination._extender``, whose registry lists every live hold of this process)
 stops its thread and hands its holds here, oldest first; they are released newest first, so
-nested holds unwind as a ``with`` would:
+nested holds unwind as a ``with`` would. Each kind of hold says how it goes back at exit, by
+``release_for_exit`` (the ``ExitReleasable`` protocol), so this module knows none of them:
 
 * lock holds and semaphore slots (``Hold``, with or without auto-extend): released;
 * period claims: released without marking the bucket done (the work did not finish), so the
@@ -30,16 +31,29 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from functools import partial
 from types import FrameType
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["EXIT_TIMEOUT", "release_at_exit"]
+__all__ = ["EXIT_TIMEOUT", "ExitReleasable", "release_at_exit"]
 
 logger = logging.getLogger("py_reactor")
 
 #: Seconds the releases at exit may take in all; holds not released by then lapse by their ttl.
 EXIT_TIMEOUT = 2.0
+
+
+@runtime_checkable
+class ExitReleasable(Protocol):
+    """A hold that a clean exit gives back (one without it, an ordered-lock heartbeat, stays).
+
+    The hold names its own way back, so that this module, below every primitive, imports none.
+    """
+
+    released: bool
+
+    def release_for_exit(self) -> object:
+        """Give the hold back as an interrupted holder would (the work did not finish)."""
+        ...
 
 
 class _TimedOut(BaseException):
@@ -101,18 +115,11 @@ def release_at_exit(holds: Sequence[Any], timeout: float = EXIT_TIMEOUT) -> None
 
 
 def _releaser(hold: Any) -> Callable[[], object] | None:
-    """How to give ``hold`` back at exit; None when it is released already or stays as it is."""
-    # Imported here: both modules import the extender, which imports this module.
-    from py_reactor.coordination._base import Hold
-    from py_reactor.coordination.period import PeriodClaim
-
-    if getattr(hold, "released", True):
+    """How to give ``hold`` back at exit; None when it is released already or stays as it is
+    (an ordered-lock heartbeat: the position may be served by another process)."""
+    if not isinstance(hold, ExitReleasable) or hold.released:
         return None
-    if isinstance(hold, Hold):
-        return hold.release
-    if isinstance(hold, PeriodClaim):
-        return partial(hold.release, mark=False)  # the work did not finish: the next is due
-    return None  # an ordered-lock heartbeat: the position may be served by another process
+    return hold.release_for_exit
 
 
 def _store_of(hold: Any) -> object:
