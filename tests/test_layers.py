@@ -78,7 +78,6 @@ LAZY_EXACT = frozenset({"py_reactor.web"})
 
 #: Function-level imports that remain inside the engine's knot (see KNOWN_CYCLES), by file.
 KNOWN_LAZY: dict[str, int] = {
-    "coordination/declarations.py": 3,
     "dsl/reactor.py": 1,
     "engine/_fan_out.py": 1,
     "engine/_units.py": 4,

@@ -15,6 +15,9 @@ from typing import Any, ClassVar
 
 from py_reactor.config.options import check_non_negative
 from py_reactor.coordination.lock import Lock
+from py_reactor.coordination.ordered_lock import OrderedLock
+from py_reactor.coordination.period import Period
+from py_reactor.coordination.rate_limit import RateLimit
 from py_reactor.coordination.semaphore import Semaphore
 
 __all__ = [
@@ -127,10 +130,8 @@ class RateLimitDeclaration(Declaration):
     def __post_init__(self) -> None:
         self.make(_probe_key(self.key))
 
-    def make(self, key: str) -> Any:
+    def make(self, key: str) -> RateLimit:
         """A ``RateLimit`` on ``key`` with these options."""
-        from py_reactor.coordination.rate_limit import RateLimit
-
         return RateLimit(
             key, limit=self.limit, period=self.period, limits=self.limits, wait=self.wait
         )
@@ -147,10 +148,8 @@ class PeriodDeclaration(Declaration):
     def __post_init__(self) -> None:
         self.make(_probe_key(self.key))
 
-    def make(self, key: str) -> Any:
+    def make(self, key: str) -> Period:
         """A ``Period`` on ``key`` with these options."""
-        from py_reactor.coordination.period import Period
-
         return Period(key, every=self.every, wait=self.wait)
 
 
@@ -167,10 +166,8 @@ class OrderedLockDeclaration(Declaration):
     def __post_init__(self) -> None:
         self.make(_probe_key(self.key))
 
-    def make(self, key: str) -> Any:
+    def make(self, key: str) -> OrderedLock:
         """An ``OrderedLock`` on ``key`` with these options."""
-        from py_reactor.coordination.ordered_lock import OrderedLock
-
         return OrderedLock(
             key,
             ttl=self.ttl,
