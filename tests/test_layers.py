@@ -34,8 +34,6 @@ KNOWN_CYCLES: set[frozenset[str]] = {
             "py_reactor.storage.redis",
         }
     ),
-    # debt: a reactor builds its async units' one-step reactors when it is defined
-    frozenset({"py_reactor.dsl.reactor", "py_reactor.dsl.units"}),
     # debt: one handler per step kind and one scheduler will replace this knot
     frozenset(
         {
@@ -78,7 +76,6 @@ LAZY_EXACT = frozenset({"py_reactor.web"})
 
 #: Function-level imports that remain inside the engine's knot (see KNOWN_CYCLES), by file.
 KNOWN_LAZY: dict[str, int] = {
-    "dsl/reactor.py": 1,
     "engine/_fan_out.py": 1,
     "engine/_units.py": 4,
     "engine/async_units.py": 2,

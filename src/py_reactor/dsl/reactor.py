@@ -3,6 +3,8 @@
 Everything that can be checked without running is checked when the class is defined: unknown
 steps and inputs, unwired required arguments, cycles, reserved names. The result is a plan the
 engine walks: each step's argument sources, its dependencies, and one deterministic order.
+A reactor with ``async_step`` units (declared in ``dsl.units``) also gets, when defined, the
+one-step reactor each unit runs as in its worker: built here, as part of defining the reactor.
 """
 
 from __future__ import annotations
@@ -29,10 +31,20 @@ from py_reactor.errors import DefinitionError
 if TYPE_CHECKING:
     from py_reactor.engine.results import Outcome
 
-__all__ = ["ITEMS", "REACTOR_RESERVED", "Reactor", "StepPlan"]
+__all__ = [
+    "ITEMS",
+    "REACTOR_RESERVED",
+    "UNIT_ATTRIBUTE",
+    "Reactor",
+    "StepPlan",
+    "build_unit_reactors",
+]
 
 #: The argument a map step's elements arrive in (its ``source``), beside the child's inputs.
 ITEMS = "__items__"
+
+#: On the reactor an ``async_step`` runs as: ``(declaring reactor, step name)``.
+UNIT_ATTRIBUTE = "__py_reactor_unit_of__"
 
 #: Names a reactor may not use for a step or an input.
 REACTOR_RESERVED = frozenset({"returns", "coordination", "run"})
@@ -87,8 +99,6 @@ class Reactor:
             )
         register(cls)
         if any(d.asynchronous for d in steps.values()):
-            from py_reactor.dsl.units import build_unit_reactors
-
             build_unit_reactors(cls)
 
     @classmethod
@@ -289,3 +299,57 @@ def _order(cls: type, plan: Mapping[str, StepPlan]) -> tuple[str, ...]:
             reactor=cls.__qualname__,
         )
     return tuple(order)
+
+
+def build_unit_reactors(cls: type[Reactor]) -> None:
+    """Build and register the reactor each ``async_step`` of ``cls`` runs as, in its worker.
+
+    It has one input per argument the step is wired in ``cls`` (values arrive resolved, and
+    the step validates them against its own contract) and one step: the declared one, under
+    the same name, with the same hooks, retries and coordination.
+
+    Raises:
+        DefinitionError: ``cls`` is defined inside a function (a worker could not find it), or
+            the step has an argument named like itself.
+    """
+    plan = cls.__py_reactor_plan__
+    units = [name for name, p in plan.items() if p.declaration.asynchronous]
+    if not units:
+        return
+    where = cls.__qualname__
+    if "<locals>" in where:
+        raise DefinitionError(
+            f"{where}: its async unit {units[0]!r} cannot be dispatched, as the reactor is "
+            "defined inside a function (a worker imports reactors by module:qualname); define "
+            "it at module level",
+            reactor=where,
+            step=units[0],
+        )
+    built: dict[str, type[Reactor]] = {}
+    for name in units:
+        declaration = plan[name].declaration
+        if declaration.kind is StepKind.REACTOR:
+            built[name] = declaration.target  # the child reactor is the unit
+            continue
+        arguments = [arg for arg, _source in plan[name].arguments]
+        if name in arguments:
+            raise DefinitionError(
+                f"{where}, step {name!r}: an async step cannot take an argument named like "
+                f"itself ({name!r}); rename the step or the argument",
+                reactor=where,
+                step=name,
+            )
+        namespace: dict[str, Any] = {
+            "__module__": cls.__module__,
+            "__qualname__": f"{where}.{name}",
+            "__annotations__": dict.fromkeys(arguments, Any),
+            "__doc__": f"The async step {name!r} of {where}, as its worker runs it.",
+            name: declaration.rewired({arg: Input(arg) for arg in arguments}),
+            "returns": name,
+            UNIT_ATTRIBUTE: (cls, name),
+        }
+        unit: type[Reactor] = type(f"{cls.__name__}.{name}", (Reactor,), namespace)
+        unit.__py_reactor_name__ = cls.__py_reactor_name__  # errors name the declaring reactor
+        register(unit)
+        built[name] = unit
+    cls.__py_reactor_units__ = MappingProxyType(built)

@@ -4,28 +4,22 @@ The reactor that declares one dispatches it and goes on; a step that reads its `
 for it. Each unit runs in its own job, under an owner of its own, so the coordination it
 declares is taken where its work runs (never in the dispatching process). A worker finds a unit
 by ``module:qualname`` like any reactor: an ``async_reactor`` runs its child reactor class, and
-an ``async_step`` runs a one-step reactor built here when the declaring reactor is defined
-(``Parent.<step name>``, registered with it), so that whatever imports the reactor's module can
-run its units.
+an ``async_step`` runs a one-step reactor built when the declaring reactor is defined
+(``Parent.<step name>``, registered with it; ``dsl.reactor`` builds it, as part of defining
+the reactor), so that whatever imports the reactor's module can run its units.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from types import MappingProxyType
 from typing import Any, overload
 
 from py_reactor.dsl.declaration import StepDeclaration, StepKind
-from py_reactor.dsl.reactor import Reactor
-from py_reactor.dsl.registry import register
-from py_reactor.dsl.sources import Input
+from py_reactor.dsl.reactor import UNIT_ATTRIBUTE, Reactor, build_unit_reactors
 from py_reactor.dsl.step import Step, normalize_wait_for, normalize_wiring, step
 from py_reactor.errors import DefinitionError
 
 __all__ = ["UNIT_ATTRIBUTE", "async_reactor", "async_step", "build_unit_reactors"]
-
-#: On the reactor an ``async_step`` runs as: ``(declaring reactor, step name)``.
-UNIT_ATTRIBUTE = "__py_reactor_unit_of__"
 
 
 @overload
@@ -107,57 +101,3 @@ def async_reactor(
 def _asynchronous(declaration: StepDeclaration) -> StepDeclaration:
     declaration.asynchronous = True
     return declaration
-
-
-def build_unit_reactors(cls: type[Reactor]) -> None:
-    """Build and register the reactor each ``async_step`` of ``cls`` runs as, in its worker.
-
-    It has one input per argument the step is wired in ``cls`` (values arrive resolved, and
-    the step validates them against its own contract) and one step: the declared one, under
-    the same name, with the same hooks, retries and coordination.
-
-    Raises:
-        DefinitionError: ``cls`` is defined inside a function (a worker could not find it), or
-            the step has an argument named like itself.
-    """
-    plan = cls.__py_reactor_plan__
-    units = [name for name, p in plan.items() if p.declaration.asynchronous]
-    if not units:
-        return
-    where = cls.__qualname__
-    if "<locals>" in where:
-        raise DefinitionError(
-            f"{where}: its async unit {units[0]!r} cannot be dispatched, as the reactor is "
-            "defined inside a function (a worker imports reactors by module:qualname); define "
-            "it at module level",
-            reactor=where,
-            step=units[0],
-        )
-    built: dict[str, type[Reactor]] = {}
-    for name in units:
-        declaration = plan[name].declaration
-        if declaration.kind is StepKind.REACTOR:
-            built[name] = declaration.target  # the child reactor is the unit
-            continue
-        arguments = [arg for arg, _source in plan[name].arguments]
-        if name in arguments:
-            raise DefinitionError(
-                f"{where}, step {name!r}: an async step cannot take an argument named like "
-                f"itself ({name!r}); rename the step or the argument",
-                reactor=where,
-                step=name,
-            )
-        namespace: dict[str, Any] = {
-            "__module__": cls.__module__,
-            "__qualname__": f"{where}.{name}",
-            "__annotations__": dict.fromkeys(arguments, Any),
-            "__doc__": f"The async step {name!r} of {where}, as its worker runs it.",
-            name: declaration.rewired({arg: Input(arg) for arg in arguments}),
-            "returns": name,
-            UNIT_ATTRIBUTE: (cls, name),
-        }
-        unit: type[Reactor] = type(f"{cls.__name__}.{name}", (Reactor,), namespace)
-        unit.__py_reactor_name__ = cls.__py_reactor_name__  # errors name the declaring reactor
-        register(unit)
-        built[name] = unit
-    cls.__py_reactor_units__ = MappingProxyType(built)
