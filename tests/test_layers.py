@@ -47,8 +47,6 @@ KNOWN_CYCLES: set[frozenset[str]] = {
             "py_reactor.engine.step_runner",
         }
     ),
-    # debt: the dashboard's two read models
-    frozenset({"py_reactor.web._coordination", "py_reactor.web._executions"}),
 }
 
 #: Modules a function may import: optional extras, and the lazy redis client.
@@ -68,7 +66,6 @@ LAZY_ALLOWED = (
     "py_reactor.observability.otel",
     "py_reactor.web.cli",  # the dashboard: starlette, an optional extra
     "py_reactor.web._app",
-    "py_reactor.web._coordination",  # debt: the dashboard's two read models (KNOWN_CYCLES)
 )
 
 #: The dashboard's package itself (its app needs starlette), imported by its command.

@@ -25,7 +25,7 @@ from py_reactor.storage import keys
 from py_reactor.storage.executions import StoredExecution
 from py_reactor.storage.redis import RedisStore, held_by
 from py_reactor.web import _declared
-from py_reactor.web._executions import live_executions, load_context, now_ms
+from py_reactor.web._records import live_executions, load_context, now_ms
 
 __all__ = ["Reader", "coordination"]
 

@@ -3,22 +3,21 @@
 Everything here is read only and works from the store alone (no reactor class is imported):
 records come from ``storage.executions``; the listing filters on two fields of each record
 (read in one pipelined round trip per batch) before it loads the records it returns. The JSON
-shapes are documented in ``docs/operations.md``.
+shapes are documented in ``docs/operations.md``. The reads shared with the coordination view
+(live executions, a stored context, the server clock) are in ``_records``.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterator
 from typing import Any
 
-from py_reactor.engine.serializer import loads_context
-from py_reactor.errors import SerializationError
 from py_reactor.runtime import operations
 from py_reactor.runtime.execution import TERMINAL
 from py_reactor.storage import keys
 from py_reactor.storage.executions import ExecutionStore, StoredExecution
 from py_reactor.storage.redis import RedisStore
+from py_reactor.web._coordination import Reader, coordination
+from py_reactor.web._records import BATCH, SCAN_IDS, live_executions, load_context, now_ms
 
 __all__ = [
     "ACTIONS",
@@ -53,10 +52,6 @@ ACTIONS: dict[str, frozenset[str]] = {
     "resume": frozenset({"paused"}),  # with a JSON payload: its own form, not a bare button
 }
 
-#: How many execution ids one listing request reads at most while it filters.
-SCAN_IDS = 5000
-_BATCH = 200
-
 
 # -- executions ----------------------------------------------------------------------------------
 
@@ -82,7 +77,7 @@ def list_executions(
     scanned = 0
     exhausted = False
     while len(items) < limit and scanned < SCAN_IDS:
-        ids = [str(i) for i in client.zrevrange(keys.INDEX, position, position + _BATCH - 1)]
+        ids = [str(i) for i in client.zrevrange(keys.INDEX, position, position + BATCH - 1)]
         if not ids:
             exhausted = True
             break
@@ -108,7 +103,7 @@ def list_executions(
                 break
         else:
             position += len(ids)
-            if len(ids) < _BATCH:
+            if len(ids) < BATCH:
                 exhausted = True
     more = not exhausted and bool(client.zrevrange(keys.INDEX, position, position))
     return {
@@ -152,8 +147,6 @@ def execution_detail(store: RedisStore, execution_id: str) -> dict[str, Any] | N
     detail = summary(stored)
     context = load_context(stored)
     records = [] if context is None else context.holds.to_list()
-    from py_reactor.web._coordination import Reader, coordination
-
     reader = Reader(store)
     holds = [reader.hold(record, stored) for record in records]
     if stored.status not in TERMINAL:  # a running step's holds reach the ledger at checkpoints
@@ -181,13 +174,6 @@ def execution_detail(store: RedisStore, execution_id: str) -> dict[str, Any] | N
         ],
     )
     return detail
-
-
-def load_context(stored: StoredExecution) -> Any:
-    try:
-        return loads_context(stored.context)
-    except SerializationError:
-        return None
 
 
 # -- parked executions ---------------------------------------------------------------------------
@@ -219,34 +205,3 @@ def _parked_item(stored: StoredExecution) -> dict[str, Any]:
         "next_attempt_at": waiting.get("until"),
         "since": stored.updated_at,
     }
-
-
-def live_executions(store: RedisStore) -> Iterator[StoredExecution]:
-    """The stored executions that have not ended (leased, due, or not terminal in the index)."""
-    client: Any = store.client  # redis-py's
-    ids: dict[str, None] = {}
-    for name in (keys.LEASES, keys.DUE):
-        ids.update(dict.fromkeys(str(i) for i in client.zrange(name, 0, -1)))
-    newest = [str(i) for i in client.zrevrange(keys.INDEX, 0, SCAN_IDS - 1)]
-    for start in range(0, len(newest), _BATCH):
-        batch = newest[start : start + _BATCH]
-        pipe = client.pipeline(transaction=False)
-        for execution_id in batch:
-            pipe.hget(keys.execution(execution_id), "status")
-        for execution_id, status in zip(batch, pipe.execute(), strict=True):
-            if status is not None and status not in TERMINAL:
-                ids[execution_id] = None
-    executions = ExecutionStore(store)
-    for execution_id in ids:
-        stored = executions.load(execution_id)
-        if stored is not None and stored.status not in TERMINAL:
-            yield stored
-
-
-def now_ms(store: RedisStore) -> int:
-    """The server clock in ms (holds expire on it, so ttls are computed against it)."""
-    try:
-        seconds, micros = store.client.time()
-        return int(seconds) * 1000 + int(micros) // 1000
-    except Exception:  # pragma: no cover - a server without TIME
-        return int(time.time() * 1000)

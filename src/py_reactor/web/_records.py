@@ -1,0 +1,68 @@
+"""The store reads both of the dashboard's read models start from: which executions have not
+ended, an execution's stored context, and the server's clock.
+
+They sit below ``_executions`` (the listing and one execution's detail, whose holds the
+coordination view reads) and ``_coordination`` (every hold, which walks the live executions),
+so each of those imports this module and ``_executions`` imports ``_coordination``, one way.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from py_reactor.engine.serializer import loads_context
+from py_reactor.errors import SerializationError
+from py_reactor.runtime.execution import TERMINAL
+from py_reactor.storage import keys
+from py_reactor.storage.executions import ExecutionStore, StoredExecution
+from py_reactor.storage.redis import RedisStore
+
+__all__ = ["BATCH", "SCAN_IDS", "live_executions", "load_context", "now_ms"]
+
+#: How many execution ids one listing request reads at most while it filters.
+SCAN_IDS = 5000
+
+#: Execution ids read per pipelined round trip.
+BATCH = 200
+
+
+def live_executions(store: RedisStore) -> Iterator[StoredExecution]:
+    """The stored executions that have not ended (leased, due, or not terminal in the index)."""
+    client: Any = store.client  # redis-py's
+    ids: dict[str, None] = {}
+    for name in (keys.LEASES, keys.DUE):
+        ids.update(dict.fromkeys(str(i) for i in client.zrange(name, 0, -1)))
+    newest = [str(i) for i in client.zrevrange(keys.INDEX, 0, SCAN_IDS - 1)]
+    for start in range(0, len(newest), BATCH):
+        batch = newest[start : start + BATCH]
+        pipe = client.pipeline(transaction=False)
+        for execution_id in batch:
+            pipe.hget(keys.execution(execution_id), "status")
+        for execution_id, status in zip(batch, pipe.execute(), strict=True):
+            if status is not None and status not in TERMINAL:
+                ids[execution_id] = None
+    executions = ExecutionStore(store)
+    for execution_id in ids:
+        stored = executions.load(execution_id)
+        if stored is not None and stored.status not in TERMINAL:
+            yield stored
+
+
+def load_context(stored: StoredExecution) -> Any:
+    """The execution's stored context, or None when it cannot be read here (the dashboard
+    shows the record without it rather than failing the page)."""
+    try:
+        return loads_context(stored.context)
+    except SerializationError:
+        return None
+
+
+def now_ms(store: RedisStore) -> int:
+    """The server clock in ms (holds expire on it, so ttls are computed against it)."""
+    try:
+        seconds, micros = store.client.time()
+        return int(seconds) * 1000 + int(micros) // 1000
+    except Exception:  # pragma: no cover - a server without TIME
+        return int(time.time() * 1000)
