@@ -7,7 +7,6 @@ carry on in another from its JSON form (see ``engine.serializer``).
 from __future__ import annotations
 
 import contextlib
-import enum
 import threading
 import uuid
 from collections.abc import Iterator
@@ -17,6 +16,7 @@ from typing import Any
 
 from py_reactor.coordination.holds import Ledger
 from py_reactor.coordination.owner import bind_owner, running_owner, unbind_owner
+from py_reactor.states import Status
 
 __all__ = ["Context", "Status", "new_id", "running", "running_context"]
 
@@ -24,21 +24,6 @@ __all__ = ["Context", "Status", "new_id", "running", "running_context"]
 def new_id() -> str:
     """A fresh execution id."""
     return uuid.uuid4().hex
-
-
-class Status(enum.StrEnum):
-    """Where an execution stands."""
-
-    PENDING = "pending"
-    RUNNING = "running"
-    WAITING = "waiting"  # parked in a worker: on a busy key, or a retry's backoff
-    PAUSED = "paused"  # stopped at an interrupt step until Reactor.resume (or its timeout)
-    ROLLING_BACK = "rolling_back"
-    COMPLETED = "completed"
-    FAILED = "failed"
-    HALTED = "halted"
-    ABORTED = "aborted"  # interrupted (KeyboardInterrupt/SystemExit): no rollback ran
-    CANCELLED = "cancelled"  # stopped from outside: Reactor.cancel, or Reactor.undo
 
 
 # The context of the execution running in this thread, and that thread (see ``running``).
