@@ -57,6 +57,7 @@ from py_reactor.runtime.pauses import store_pause
 from py_reactor.runtime.pinning import foreign
 from py_reactor.runtime.transport import Transport
 from py_reactor.runtime.units import StoreUnits, dispatch
+from py_reactor.states import TraceKind
 from py_reactor.storage import executions as stored_executions
 from py_reactor.storage import keys
 from py_reactor.storage.executions import ExecutionStore, StoredExecution
@@ -195,7 +196,11 @@ def run_execution(
 
     def checkpoint(_: Context) -> None:  # whichever context finished a step: store the root
         if not executions.checkpoint(
-            execution_id, epoch, dumps_context(context), "running", lease=config.execution_lease
+            execution_id,
+            epoch,
+            dumps_context(context),
+            Status.RUNNING,
+            lease=config.execution_lease,
         ):
             raise StaleExecution(execution_id)
 
@@ -204,7 +209,7 @@ def run_execution(
         checkpoint=checkpoint,
         root=context,
         # It was running when this runner could claim it: its runner's lease had lapsed.
-        recovered=ahead is not None and ahead.status == "running",
+        recovered=ahead is not None and ahead.status == Status.RUNNING,
     )
     if on_claim is not None:
         on_claim(execution_id, epoch)
@@ -267,12 +272,12 @@ def _settle(
         awaiting = stop.key if stop.primitive == keys.AWAITED else None  # a reader of a unit
         free_if = keys.free_probe(stop.primitive or "", stop.key or "", stop.limit, stop.bucket)
         written = executions.checkpoint(
-            execution_id, epoch, text, "waiting", waiting_on=waiting_on, due_in=stop.delay,
+            execution_id, epoch, text, Status.WAITING, waiting_on=waiting_on, due_in=stop.delay,
             parked_on=on, awaiting=awaiting, free_if=free_if,
             park=keyed and stop.primitive not in ("ordered_lock", keys.AWAITED),  # as caps count
         )  # fmt: skip
         return "parked" if written else "stale"
-    status = context.status.value
+    status = context.status
     written = executions.checkpoint(
         execution_id, epoch, text, status, outcome=outcome_to_dict(outcome)
     )
@@ -380,7 +385,7 @@ def _unreadable(
             "exited before the execution finished)"
         )
     outcome: dict[str, Any] = {
-        "status": "failed",
+        "status": Status.FAILED,
         "error": message,
         "exception_class": describe_exception(exc)[0],
         "step_name": None,
@@ -395,7 +400,7 @@ def _unreadable(
         context = dumps_context(Context(reactor=stored.reactor, inputs={}, execution_id=stored.id))
     if isinstance(exc, ReactorNotImportableError):
         outcome["rollback_failures"] = _not_undone(completed, stored.reactor, exc)
-    executions.checkpoint(stored.id, epoch, context, "failed", outcome=outcome)
+    executions.checkpoint(stored.id, epoch, context, Status.FAILED, outcome=outcome)
 
 
 def _not_undone(
@@ -406,7 +411,7 @@ def _not_undone(
     return [
         RollbackFailure(
             step=name,
-            kind="undo",
+            kind=TraceKind.UNDO,
             key=None,
             reason=NOT_IMPORTABLE,
             message=(

@@ -26,6 +26,7 @@ from py_reactor.engine.results import (
 )
 from py_reactor.engine.serializer import loads_context
 from py_reactor.errors import SerializationError
+from py_reactor.states import Status
 from py_reactor.storage import executions as stored_executions
 from py_reactor.storage.executions import ExecutionStore, StoredExecution
 
@@ -40,7 +41,9 @@ __all__ = [
 ]
 
 #: Statuses an execution never leaves.
-TERMINAL = frozenset({"completed", "failed", "halted", "aborted", "cancelled"})
+TERMINAL = frozenset(
+    {Status.COMPLETED, Status.FAILED, Status.HALTED, Status.ABORTED, Status.CANCELLED}
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,13 +194,13 @@ def outcome_to_dict(outcome: Outcome) -> dict[str, Any]:
 def outcome_from_dict(data: dict[str, Any], context: Context) -> Outcome:
     """Rebuild the outcome :func:`outcome_to_dict` stored, around ``context``."""
     status = data.get("status")
-    if status == "completed":
+    if status == Status.COMPLETED:
         return SuccessResult(context, data.get("value"))
-    if status == "halted":
+    if status == Status.HALTED:
         return HaltedResult(
             context, reason=str(data.get("reason")), step_name=data.get("step_name")
         )
-    if status == "cancelled":
+    if status == Status.CANCELLED:
         return CancelledResult(
             context,
             reason=str(data.get("reason") or "cancelled"),

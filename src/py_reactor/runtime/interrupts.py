@@ -36,6 +36,7 @@ from py_reactor.runtime.execution import finish, outcome_to_dict
 from py_reactor.runtime.pauses import store_pause
 from py_reactor.runtime.transport import Transport
 from py_reactor.runtime.units import StoreUnits
+from py_reactor.states import Status
 from py_reactor.storage import executions as stored_executions
 from py_reactor.storage import keys
 from py_reactor.storage.executions import ExecutionStore, StoredExecution
@@ -102,16 +103,18 @@ def resume(
         transport.serve_here()
         raise _refusal(stored, "timed out: its interrupt step fails (a worker is on it)")
     where = mode or options_of(decl).resume
-    status = "running" if where == "inline" else "pending"
+    status = Status.RUNNING if where == "inline" else Status.PENDING
     correlation = info.get("correlation_id")
     index = "" if correlation is None else keys.correlation(stored.reactor, str(correlation))
-    epoch, previous = executions.take(stored.id, status, ("paused",), correlation=index)
+    epoch, previous = executions.take(stored.id, status, (Status.PAUSED,), correlation=index)
     if epoch <= 0:
-        raise _refusal(stored, "resumed already" if previous != "paused" else previous, previous)
+        raise _refusal(
+            stored, "resumed already" if previous != Status.PAUSED else previous, previous
+        )
     context.private.setdefault(RESUMED, {})[path] = value
     context.private.pop(PAUSED_AT, None)
     if where == "background":
-        if not executions.checkpoint(stored.id, epoch, dumps_context(context), "pending"):
+        if not executions.checkpoint(stored.id, epoch, dumps_context(context), Status.PENDING):
             raise _refusal(stored, "taken by another resume meanwhile")
         executions.due_now(stored.id)
         transport.serve_here()
@@ -132,19 +135,19 @@ def _run_here(
     except BaseException as exc:  # Ctrl-C in a step: stored aborted (undo it later), re-raised
         aborted = aborted_outcome(cls, context, exc)
         executions.checkpoint(
-            context.execution_id, epoch, dumps_context(context), "aborted",
+            context.execution_id, epoch, dumps_context(context), Status.ABORTED,
             outcome=outcome_to_dict(aborted),
         )  # fmt: skip
         raise
     if isinstance(outcome, PausedResult):
         store_pause(outcome, epoch=epoch, executions=executions)
         return outcome
-    if outcome.status in ("completed", "failed", "halted"):
+    if outcome.status in (Status.COMPLETED, Status.FAILED, Status.HALTED):
         executions.checkpoint(
             context.execution_id,
             epoch,
             dumps_context(context),
-            outcome.status,
+            Status(outcome.status),
             outcome=outcome_to_dict(outcome),
         )
     return outcome
@@ -165,7 +168,7 @@ def _paused(
             execution_id=execution_id,
             reactor=reactor.__qualname__,
         )
-    if stored.status != "paused":
+    if stored.status != Status.PAUSED:
         raise _refusal(stored, stored.status)
     return stored
 
@@ -173,14 +176,15 @@ def _paused(
 def _refusal(stored: StoredExecution, why: str, status: str | None = None) -> ResumeError:
     now = status or stored.status
     reactor = stored.reactor.rpartition(":")[2]
-    hint = {
-        "running": "it was resumed already and is running",
-        "pending": "it was resumed already and waits for a worker",
-        "waiting": "it was resumed already and is parked on a busy key",
-        "completed": "it was resumed already and has completed",
-        "failed": "it has failed (a timeout of its interrupt, or after a resume)",
-        "cancelled": "it was cancelled",
-    }.get(now, f"it is {now}")
+    hints: dict[str, str] = {  # by the stored status (a plain string, equal to its Status)
+        Status.RUNNING: "it was resumed already and is running",
+        Status.PENDING: "it was resumed already and waits for a worker",
+        Status.WAITING: "it was resumed already and is parked on a busy key",
+        Status.COMPLETED: "it was resumed already and has completed",
+        Status.FAILED: "it has failed (a timeout of its interrupt, or after a resume)",
+        Status.CANCELLED: "it was cancelled",
+    }
+    hint = hints.get(now, f"it is {now}")
     return ResumeError(
         f"execution {stored.id} of {reactor} cannot be resumed: {why if why != now else hint}; "
         "only a run paused at an interrupt can be (find(id).status says where it is)",

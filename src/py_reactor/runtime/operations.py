@@ -20,7 +20,7 @@ from typing import Any
 
 from py_reactor.config import get_config
 from py_reactor.engine.compensation import undo_completed
-from py_reactor.engine.context import Context, Status, running
+from py_reactor.engine.context import Context, running
 from py_reactor.engine.executor import run_reactor
 from py_reactor.engine.interrupt import PAUSED_AT, PAUSES
 from py_reactor.engine.release import release_ledger
@@ -32,6 +32,7 @@ from py_reactor.runtime.drive import background_run, revive
 from py_reactor.runtime.execution import Execution, outcome_to_dict, snapshot
 from py_reactor.runtime.transport import Transport
 from py_reactor.runtime.units import StoreUnits
+from py_reactor.states import Status, TraceKind
 from py_reactor.storage import executions as stored_executions
 from py_reactor.storage import keys
 from py_reactor.storage.executions import ExecutionStore, StoredExecution
@@ -39,12 +40,21 @@ from py_reactor.storage.executions import ExecutionStore, StoredExecution
 __all__ = ["cancel", "retry", "undo"]
 
 #: What ``cancel`` accepts: a run not under way now, that has not ended well.
-CANCELLABLE = ("pending", "waiting", "paused", "failed", "aborted")
+CANCELLABLE = (Status.PENDING, Status.WAITING, Status.PAUSED, Status.FAILED, Status.ABORTED)
 #: What ``undo`` accepts: every run not under way now (one parked or pending may hold keys and
 #: have completed steps; a cancelled one kept its results). An undone run is refused.
-UNDOABLE = ("pending", "waiting", "paused", "failed", "aborted", "cancelled", "completed", "halted")
+UNDOABLE = (
+    Status.PENDING,
+    Status.WAITING,
+    Status.PAUSED,
+    Status.FAILED,
+    Status.ABORTED,
+    Status.CANCELLED,
+    Status.COMPLETED,
+    Status.HALTED,
+)
 #: What ``retry`` accepts: a run that has ended, whichever way.
-RETRYABLE = ("completed", "halted", "failed", "aborted", "cancelled")
+RETRYABLE = (Status.COMPLETED, Status.HALTED, Status.FAILED, Status.ABORTED, Status.CANCELLED)
 
 
 def cancel(execution_id: str, reason: str | None = None) -> Execution:
@@ -62,14 +72,14 @@ def cancel(execution_id: str, reason: str | None = None) -> Execution:
     except (LookupError, ReactorError):  # cancelled all the same; its holds lapse by their ttl
         cls, context = None, Context(reactor=stored.reactor, inputs={}, execution_id=stored.id)
     epoch = _take(
-        executions, stored, "cancelled", CANCELLABLE, "cancelled", correlation=_index(context)
+        executions, stored, Status.CANCELLED, CANCELLABLE, "cancelled", correlation=_index(context)
     )
     context = _taken(executions, stored.id, context)
     why = reason or "cancelled"
     if cls is not None:
         release_ledger(cls, context)
     context.status = Status.CANCELLED
-    context.trace.append(_entry("cancelled", reason=why))
+    context.trace.append(_entry(TraceKind.CANCELLED, reason=why))
     _write(executions, stored.id, epoch, context, CancelledResult(context, reason=why))
     return _found(executions, stored.id)
 
@@ -89,7 +99,7 @@ def undo(execution_id: str) -> Execution:
     executions, stored = _load(execution_id)
     cls, context = revive(stored)  # before taking it: a class that is gone changes nothing
     epoch = _take(
-        executions, stored, "rolling_back", UNDOABLE, "undone",
+        executions, stored, Status.ROLLING_BACK, UNDOABLE, "undone",
         correlation=_index(context), once="undone",
     )  # fmt: skip
     context = _taken(executions, stored.id, context)
@@ -99,7 +109,7 @@ def undo(execution_id: str) -> Execution:
         plan = cls.__py_reactor_plan__
         undo_completed(run, {name: step.declaration for name, step in plan.items()})
     context.status = Status.CANCELLED
-    context.trace.append(_entry("undone", failures=len(run.rollback_failures)))
+    context.trace.append(_entry(TraceKind.UNDONE, failures=len(run.rollback_failures)))
     outcome = CancelledResult(context, reason="undone", rollback_failures=run.rollback_failures)
     _write(executions, stored.id, epoch, context, outcome)
     return _found(executions, stored.id)
@@ -139,8 +149,8 @@ def _load(execution_id: str) -> tuple[ExecutionStore, StoredExecution]:
 def _take(
     executions: ExecutionStore,
     stored: StoredExecution,
-    status: str,
-    allowed: tuple[str, ...],
+    status: Status,
+    allowed: tuple[Status, ...],
     verb: str,
     *,
     correlation: str = "",
@@ -177,16 +187,17 @@ def _index(context: Context) -> str:
 
 
 def _refusal(
-    stored: StoredExecution, verb: str, allowed: tuple[str, ...], status: str | None = None
+    stored: StoredExecution, verb: str, allowed: tuple[Status, ...], status: str | None = None
 ) -> ExecutionStateError:
     now = status or stored.status
     reactor = stored.reactor.rpartition(":")[2]
-    hint = {
-        "running": "wait until it parks or ends (find(id).status)",
-        "waiting": "cancel it first",
-        "pending": "cancel it first",
-        "cancelled": "it was undone already" if verb == "undone" else "it was stopped already",
-    }.get(now, f"only a run that is {', '.join(allowed)} can be {verb}")
+    hints: dict[str, str] = {  # by the stored status (a plain string, equal to its Status)
+        Status.RUNNING: "wait until it parks or ends (find(id).status)",
+        Status.WAITING: "cancel it first",
+        Status.PENDING: "cancel it first",
+        Status.CANCELLED: "it was undone already" if verb == "undone" else "it was stopped already",
+    }
+    hint = hints.get(now, f"only a run that is {', '.join(allowed)} can be {verb}")
     return ExecutionStateError(
         f"execution {stored.id} of {reactor} is {now}, so it cannot be {verb}: {hint}",
         status=now,
@@ -202,7 +213,11 @@ def _write(
     outcome: CancelledResult,
 ) -> None:
     executions.checkpoint(
-        execution_id, epoch, dumps_context(context), "cancelled", outcome=outcome_to_dict(outcome)
+        execution_id,
+        epoch,
+        dumps_context(context),
+        Status.CANCELLED,
+        outcome=outcome_to_dict(outcome),
     )
 
 
@@ -213,6 +228,6 @@ def _found(executions: ExecutionStore, execution_id: str) -> Execution:
     return snapshot(stored)
 
 
-def _entry(kind: str, **details: Any) -> dict[str, Any]:
+def _entry(kind: TraceKind, **details: Any) -> dict[str, Any]:
     now = time.time()
     return {"type": kind, "step": None, "started_at": now, "finished_at": now, **details}

@@ -7,7 +7,7 @@ from typing import Any
 
 from py_reactor.dsl.reactor import Reactor
 from py_reactor.dsl.registry import class_path
-from py_reactor.engine.context import Context
+from py_reactor.engine.context import Context, Status
 from py_reactor.engine.results import FailureResult, Outcome, PausedResult
 from py_reactor.engine.serializer import dumps_context
 from py_reactor.observability.propagation import dispatching
@@ -89,6 +89,6 @@ def store_new(reactor: type[Reactor], context: Context, **options: Any) -> bool:
     """
     text = dumps_context(context)
     created: bool = stored_executions().create(
-        context.execution_id, class_path(reactor), text, "pending", **options
+        context.execution_id, class_path(reactor), text, Status.PENDING, **options
     )
     return created

@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from py_reactor.states import Status
 from py_reactor.storage import keys
 
 if TYPE_CHECKING:
@@ -69,7 +70,7 @@ class ExecutionStore:
         execution_id: str,
         reactor: str,
         context: str,
-        status: str,
+        status: Status,
         *,
         pinned: str = "",
         sent_by_caller: float | None = None,
@@ -114,7 +115,7 @@ class ExecutionStore:
         return StoredExecution(
             id=raw.get("id", execution_id),
             reactor=raw.get("reactor", "?"),
-            status=raw.get("status", "failed"),
+            status=raw.get("status", Status.FAILED),
             context=raw.get("context", ""),
             epoch=_int(raw.get("epoch"), "epoch", problems),
             parks=_int(raw.get("parks"), "parks", problems),
@@ -168,7 +169,7 @@ class ExecutionStore:
         execution_id: str,
         epoch: int,
         context: str,
-        status: str,
+        status: Status,
         *,
         lease: float = 0,
         waiting_on: dict[str, Any] | None = None,
@@ -222,8 +223,8 @@ class ExecutionStore:
     def take(
         self,
         execution_id: str,
-        status: str,
-        allowed: tuple[str, ...],
+        status: Status,
+        allowed: tuple[Status, ...],
         *,
         correlation: str = "",
         once: str = "",
