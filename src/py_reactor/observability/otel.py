@@ -47,6 +47,7 @@ from py_reactor.errors import CoordinationError, StaleExecution
 from py_reactor.observability import events as ev
 from py_reactor.observability.middleware import Middleware
 from py_reactor.observability.propagation import UNIT_OF, HandoffHooks, qualname_of, wake_of
+from py_reactor.states import Status as ExecutionStatus  # Status is OpenTelemetry's here
 from py_reactor.version import __version__
 
 if TYPE_CHECKING:
@@ -645,7 +646,7 @@ class OpenTelemetryMiddleware(Middleware, HandoffHooks):
         attributes: dict[str, Any] = {
             "py_reactor.execution_id": execution_id,
             "py_reactor.reactor": target,
-            "py_reactor.resumed": context.status.value == "waiting",
+            "py_reactor.resumed": context.status is ExecutionStatus.WAITING,
         }
         wake = wake_of(context)
         if wake is not None:
@@ -688,11 +689,11 @@ class OpenTelemetryMiddleware(Middleware, HandoffHooks):
                     frame.span.set_attribute("py_reactor.stale", True)
                 else:
                     _fail(frame.span, error)
-            if context.status.value == "waiting":
+            if context.status is ExecutionStatus.WAITING:
                 for open_frame in self._inside(frame):
                     open_frame.span.set_attribute("py_reactor.parked", True)
             self._end(frame)
-        if run.park is not None and context.status.value == "waiting":
+        if run.park is not None and context.status is ExecutionStatus.WAITING:
             carrier: dict[str, str] = {}
             propagate.inject(carrier, context=trace.set_span_in_context(run.park))
             context.private[PARK_LINK_KEY] = carrier

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from py_reactor.config import get_config
+from py_reactor.states import Status, TraceKind
 
 if TYPE_CHECKING:
     from py_reactor.engine.context import Context
@@ -80,10 +81,10 @@ class Wake:
 def wake_of(context: Context) -> Wake | None:
     """How ``context`` is being resumed after a park, or None when it did not park (a fresh
     run, a recovered one, or one whose last pause was a retry's backoff)."""
-    if context.status.value != "waiting" or not context.trace:
+    if context.status is not Status.WAITING or not context.trace:
         return None
     last = context.trace[-1]
-    if last.get("type") != "parked":
+    if last.get("type") != TraceKind.PARKED:
         return None
     parked_at = float(last.get("started_at") or time.time())
     return Wake(

@@ -15,6 +15,7 @@ from py_reactor.engine.results import DispatchedResult, Outcome
 from py_reactor.engine.serializer import loads_context
 from py_reactor.errors import SerializationError
 from py_reactor.runtime.execution import Execution, find
+from py_reactor.states import TraceKind
 
 if TYPE_CHECKING:
     from py_reactor.runtime.execution import Execution
@@ -141,7 +142,7 @@ def _label(reactor: str, execution_id: str) -> str:
     return f"{reactor.rpartition(':')[2]} (execution {execution_id})"
 
 
-def entries(found: Subject, step: str | None, kinds: tuple[str, ...]) -> list[dict[str, Any]]:
+def entries(found: Subject, step: str | None, kinds: tuple[TraceKind, ...]) -> list[dict[str, Any]]:
     """The trace entries of ``kinds`` for ``step``, oldest first.
 
     A dotted ``step`` (``"child.charge"``) names a step of a composed child: its entries are
@@ -153,7 +154,9 @@ def entries(found: Subject, step: str | None, kinds: tuple[str, ...]) -> list[di
     return found_entries
 
 
-def _child_entries(context: Context, step: str, kinds: tuple[str, ...]) -> Iterator[dict[str, Any]]:
+def _child_entries(
+    context: Context, step: str, kinds: tuple[TraceKind, ...]
+) -> Iterator[dict[str, Any]]:
     head, _, rest = step.partition(".")
     child = context.children.get(head)
     if child is None:
@@ -220,31 +223,31 @@ def _entry(entry: dict[str, Any]) -> str:
     step = entry.get("step")
     where = "(reactor)" if step is None else str(step)
     details: list[str] = []
-    if kind == "run":
+    if kind == TraceKind.RUN:
         details.append(
             f"attempt {entry.get('attempt', '?')}, returned {short(entry.get('result'), 40)}"
         )
-    elif kind == "retry":
+    elif kind == TraceKind.RETRY:
         details.append(f"attempt {entry.get('attempt', '?')} failed: {_cut(entry.get('error'))}")
         details.append(f"again in {entry.get('delay', 0):g} s")
-    elif kind == "failed":
+    elif kind == TraceKind.FAILED:
         details.append(f"attempt {entry.get('attempt', '?')}: {_cut(entry.get('error'))}")
         if entry.get("refused_by"):
             details.append(f"refused by {entry['refused_by']}")
-    elif kind in ("skipped", "halted"):
+    elif kind in (TraceKind.SKIPPED, TraceKind.HALTED):
         details.append(f"reason {entry.get('reason')!r}")
-    elif kind in ("compensate", "undo"):
+    elif kind in (TraceKind.COMPENSATE, TraceKind.UNDO):
         if entry.get("ok"):
             details.append("ok")
         else:
             details.append(f"{entry.get('reason')}: {_cut(entry.get('error'))}")
-    elif kind == "parked":
+    elif kind == TraceKind.PARKED:
         details.append(
             f"on {entry.get('primitive')} {entry.get('key')!r}, park {entry.get('attempt')}"
         )
-    elif kind == "dispatched":
+    elif kind == TraceKind.DISPATCHED:
         details.append(f"execution {entry.get('execution_id')}")
-    key = entry.get("key") if kind != "parked" else None
+    key = entry.get("key") if kind != TraceKind.PARKED else None
     if key is not None:
         details.append(f"key {key!r}")
     return f"{kind:<10} {where}: {'; '.join(details)}" if details else f"{kind:<10} {where}"

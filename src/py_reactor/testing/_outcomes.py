@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from py_reactor.engine.results import FailureResult, HaltedResult, Outcome
+from py_reactor.states import Status, TraceKind
 from py_reactor.testing._describe import (
     MISSING,
     Subject,
@@ -60,7 +61,7 @@ def _ended(found: Subject, helper: str) -> Outcome:
         return found.outcome
     hint = (
         "; drain the worker first (reactor_worker.drain() or py_reactor.testing.drain())"
-        if found.status in ("pending", "running", "waiting")
+        if found.status in (Status.PENDING, Status.RUNNING, Status.WAITING)
         else ""
     )
     fail(found, f"{helper}: {found.label} has not ended: it is {found.status}{hint}")
@@ -100,7 +101,7 @@ def assert_succeeded(outcome: object, value: Any = MISSING) -> Outcome:
     __tracebackhide__ = True
     found = subject(outcome, "assert_succeeded")
     ended = _ended(found, "assert_succeeded")
-    if ended.status != "completed":
+    if ended.status != Status.COMPLETED:
         fail(found, f"expected {found.label} to succeed, but {_failure_line(ended)}")
     if value is not MISSING and not _equal(ended.value, value):
         fail(
@@ -212,9 +213,11 @@ def assert_ran(
     """
     __tracebackhide__ = True
     found = subject(outcome_or_execution, "assert_ran")
-    runs = entries(found, step, ("run",))
+    runs = entries(found, step, (TraceKind.RUN,))
     if not runs:
-        other = entries(found, step, ("failed", "skipped", "retry", "parked"))
+        other = entries(
+            found, step, (TraceKind.FAILED, TraceKind.SKIPPED, TraceKind.RETRY, TraceKind.PARKED)
+        )
         what = (
             f"its last entry is {other[-1].get('type')!r}"
             if other
@@ -230,10 +233,11 @@ def assert_ran(
         )
     if after is not MISSING:
         began = min(
-            float(e.get("started_at", 0)) for e in entries(found, step, ("run", "retry", "failed"))
+            float(e.get("started_at", 0))
+            for e in entries(found, step, (TraceKind.RUN, TraceKind.RETRY, TraceKind.FAILED))
         )
         for earlier in [after] if isinstance(after, str) else list(after):
-            done = entries(found, earlier, ("run",))
+            done = entries(found, earlier, (TraceKind.RUN,))
             if not done:
                 fail(
                     found,
@@ -260,11 +264,13 @@ def assert_retried(outcome_or_execution: object, step: str, times: int) -> list[
     if isinstance(times, bool) or not isinstance(times, int) or times < 0:
         raise TypeError(f"assert_retried(times=...) takes a whole number >= 0, got {times!r}")
     found = subject(outcome_or_execution, "assert_retried")
-    retries = entries(found, step, ("retry",))
+    retries = entries(found, step, (TraceKind.RETRY,))
     if len(retries) != times:
         errors = "; ".join(f"attempt {e.get('attempt')}: {e.get('error')}" for e in retries)
         seen = f" ({errors})" if errors else ""
-        if not retries and not entries(found, step, ("run", "failed", "skipped", "parked")):
+        if not retries and not entries(
+            found, step, (TraceKind.RUN, TraceKind.FAILED, TraceKind.SKIPPED, TraceKind.PARKED)
+        ):
             seen = f" (the trace has no entry for it; steps in the trace: {_names(found)})"
         fail(
             found,
@@ -363,9 +369,11 @@ def assert_skipped_at(
     """
     __tracebackhide__ = True
     found = subject(outcome_or_execution, "assert_skipped_at")
-    skips = entries(found, step, ("skipped",))
+    skips = entries(found, step, (TraceKind.SKIPPED,))
     if not skips:
-        other = entries(found, step, ("run", "failed", "retry", "parked"))
+        other = entries(
+            found, step, (TraceKind.RUN, TraceKind.FAILED, TraceKind.RETRY, TraceKind.PARKED)
+        )
         what = (
             f"its last entry is {other[-1].get('type')!r}"
             if other
@@ -490,8 +498,8 @@ def assert_contended_at(
 
 def _contentions(found: Subject, step: str | None) -> list[dict[str, Any]]:
     met: list[dict[str, Any]] = []
-    for entry in entries(found, step, ("failed", "parked")):
-        if entry.get("type") == "parked":
+    for entry in entries(found, step, (TraceKind.FAILED, TraceKind.PARKED)):
+        if entry.get("type") == TraceKind.PARKED:
             if entry.get("primitive") in (None, "async_unit"):
                 continue
             how = "parked"
@@ -557,11 +565,12 @@ def assert_parked_at(
         )
     record = found.execution
     waiting = record.waiting_on or {}
-    parked = record.status == "waiting" and waiting.get("primitive") not in (None, "async_unit")
+    keyed = waiting.get("primitive") not in (None, "async_unit")  # not a backoff, not a unit
+    parked = record.status == Status.WAITING and keyed
     where = "its reactor-level coordination" if step is None else f"step {step!r}"
     if not parked:
         now = record.status
-        if record.status == "waiting":
+        if record.status == Status.WAITING:
             now = (
                 "waiting out a retry's backoff"
                 if waiting.get("primitive") is None
@@ -603,12 +612,12 @@ def assert_paused_at(execution: object, step: str) -> Execution:
     record = found.execution
     if record is None:
         fail(found, f"assert_paused_at: {found.label} is not stored, so it cannot be paused")
-    if record.status != "paused":
+    if record.status != Status.PAUSED:
         fail(
             found,
             f"expected {found.label} to be paused at step {step!r}, but it is {record.status}",
         )
-    pauses = [e for e in record.trace if e.get("type") == "paused"]
+    pauses = [e for e in record.trace if e.get("type") == TraceKind.PAUSED]
     at = pauses[-1].get("step") if pauses else None
     if at != step:
         where = "no step (its trace has no pause)" if at is None else f"step {at!r}"

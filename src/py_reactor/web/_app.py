@@ -21,6 +21,7 @@ from starlette.routing import Route
 
 from py_reactor.config import configure
 from py_reactor.errors import StoreUnavailableError
+from py_reactor.states import Status
 from py_reactor.web import _actions, _coordination, _declared, _executions
 from py_reactor.web._csrf import FIELD
 from py_reactor.web._dashboard import JSON, Auth, Dashboard, set_cookie
@@ -149,7 +150,8 @@ def _listing(dash: Dashboard, request: Request) -> dict[str, Any]:
     params = request.query_params
     status = params.get("status") or None
     if status is not None and status not in _executions.STATUSES:
-        raise _BadQuery(f"status={status!r} is not a status; use one of {_executions.STATUSES}")
+        statuses = ", ".join(_executions.STATUSES)
+        raise _BadQuery(f"status={status!r} is not a status; use one of {statuses}")
     limit = _whole(params.get("limit"), "limit", dash.page_size)
     cursor = _whole(params.get("cursor", params.get("offset")), "cursor", 0, least=0)
     return _executions.list_executions(
@@ -227,7 +229,7 @@ def _coordination_page(dash: Dashboard, request: Request) -> Response:
     store = dash.store()
     state = _coordination.coordination(store)
     waiting = _executions.parked(store)["parked"]
-    failed = _executions.list_executions(store, status="failed", limit=10)["items"]
+    failed = _executions.list_executions(store, status=Status.FAILED, limit=10)["items"]
     return dash.page(
         request,
         "_coordination.html" if _wants_fragment(request) else "coordination.html",

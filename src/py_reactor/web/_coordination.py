@@ -21,6 +21,7 @@ from urllib.parse import unquote
 
 from py_reactor.coordination.holds import CHARGED, HELD, WAITING
 from py_reactor.coordination.owner import BRANCH_SEPARATOR, HeldBy
+from py_reactor.states import Status
 from py_reactor.storage import keys
 from py_reactor.storage.executions import StoredExecution
 from py_reactor.storage.redis import RedisStore, held_by
@@ -81,7 +82,7 @@ class _Coordination:
         for stored in live_executions(self.store):
             self.executions[stored.id] = stored
             waiting = stored.waiting_on
-            if stored.status == "waiting" and waiting and waiting.get("key") is not None:
+            if stored.status == Status.WAITING and waiting and waiting.get("key") is not None:
                 primitive, key = str(waiting.get("primitive")), str(waiting.get("key"))
                 self.parked_on.setdefault((primitive, key), []).append(stored.id)
                 self._use(primitive, key, stored.reactor, waiting.get("step"))

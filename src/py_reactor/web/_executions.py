@@ -13,6 +13,7 @@ from typing import Any
 
 from py_reactor.runtime import operations
 from py_reactor.runtime.execution import TERMINAL
+from py_reactor.states import Status
 from py_reactor.storage import keys
 from py_reactor.storage.executions import ExecutionStore, StoredExecution
 from py_reactor.storage.redis import RedisStore
@@ -31,25 +32,26 @@ __all__ = [
     "summary",
 ]
 
+#: Every status, in the order the dashboard's filter lists them.
 STATUSES = (
-    "pending",
-    "running",
-    "waiting",
-    "paused",
-    "completed",
-    "failed",
-    "halted",
-    "aborted",
-    "cancelled",
-    "rolling_back",
+    Status.PENDING,
+    Status.RUNNING,
+    Status.WAITING,
+    Status.PAUSED,
+    Status.COMPLETED,
+    Status.FAILED,
+    Status.HALTED,
+    Status.ABORTED,
+    Status.CANCELLED,
+    Status.ROLLING_BACK,
 )
 
 #: The statuses each action accepts (the operations refuse the others).
-ACTIONS: dict[str, frozenset[str]] = {
+ACTIONS: dict[str, frozenset[Status]] = {
     "cancel": frozenset(operations.CANCELLABLE),
     "undo": frozenset(operations.UNDOABLE),
     "retry": frozenset(operations.RETRYABLE),
-    "resume": frozenset({"paused"}),  # with a JSON payload: its own form, not a bare button
+    "resume": frozenset({Status.PAUSED}),  # with a JSON payload: its own form, not a bare button
 }
 
 
@@ -121,7 +123,7 @@ def _same_reactor(stored: str, wanted: str) -> bool:
 def summary(stored: StoredExecution) -> dict[str, Any]:
     """The list view of one execution: where it is and, if it failed, why."""
     outcome = stored.outcome or {}
-    waiting_on = stored.waiting_on if stored.status in ("waiting", "paused") else None
+    waiting_on = stored.waiting_on if stored.status in (Status.WAITING, Status.PAUSED) else None
     step = waiting_on.get("step") if waiting_on else outcome.get("step_name")
     return {
         "execution_id": stored.id,
@@ -133,8 +135,10 @@ def summary(stored: StoredExecution) -> dict[str, Any]:
         "parks": stored.parks,
         "step": step,
         "waiting_on": waiting_on,
-        "error": outcome.get("error") if stored.status in ("failed", "aborted") else None,
-        "reason": outcome.get("reason") if stored.status in ("halted", "cancelled") else None,
+        "error": outcome.get("error") if stored.status in (Status.FAILED, Status.ABORTED) else None,
+        "reason": outcome.get("reason")
+        if stored.status in (Status.HALTED, Status.CANCELLED)
+        else None,
         "problem": stored.problem,
     }
 
@@ -184,7 +188,7 @@ def parked(store: RedisStore) -> dict[str, Any]:
     items = [
         _parked_item(stored)
         for stored in live_executions(store)
-        if stored.status == "waiting" and stored.waiting_on is not None
+        if stored.status == Status.WAITING and stored.waiting_on is not None
     ]
     items.sort(key=lambda item: item["next_attempt_at"] or 0)
     return {"parked": items, "server_time": now_ms(store) / 1000}
