@@ -19,6 +19,7 @@ from py_reactor import workers
 from py_reactor.config import configure, get_config
 from py_reactor.demo import add_demo_command
 from py_reactor.demo import main as demo
+from py_reactor.states import Status
 
 __all__ = ["main"]
 
@@ -138,7 +139,7 @@ def _sweep(redis_url: str | None, modules: list[str], wait: float, worker: str) 
     for execution_id in due:
         while time.monotonic() < deadline:
             found = workers.find(execution_id)
-            if found is None or found.status not in ("pending", "running"):
+            if found is None or found.status not in (Status.PENDING, Status.RUNNING):
                 break
             time.sleep(0.05)
     return 0

@@ -35,6 +35,7 @@ from py_reactor.coordination import Lock
 from py_reactor.dsl import Failure, Result, Success, step, with_lock
 from py_reactor.dsl.background import background
 from py_reactor.runtime.execution import Execution
+from py_reactor.states import Status, TraceKind
 
 __all__ = ["STEPS", "Checkout", "main", "run_demo"]
 
@@ -98,15 +99,15 @@ class Checkout(Reactor):
 def describe(found: Execution | None) -> tuple[str, str]:
     """``(status, detail)`` of one execution, as the demo shows it."""
     if found is None:
-        return "pending", ""
-    if found.status == "waiting" and found.waiting_on:
+        return Status.PENDING, ""
+    if found.status == Status.WAITING and found.waiting_on:
         on = found.waiting_on
         return "parked", f"at {on['step']} on {on['primitive']} {on['key']}"
-    if found.status == "running":
+    if found.status == Status.RUNNING:
         step_now = next((s for s in STEPS if s not in found.results), "")
-        return "running", step_now
-    if found.status == "failed" and found.outcome is not None:
-        return "failed", f"at {getattr(found.outcome, 'step_name', '')}: {found.outcome.error}"
+        return Status.RUNNING, step_now
+    if found.status == Status.FAILED and found.outcome is not None:
+        return Status.FAILED, f"at {getattr(found.outcome, 'step_name', '')}: {found.outcome.error}"
     return found.status, ", ".join(s for s in STEPS if s in found.results)
 
 
@@ -179,7 +180,7 @@ def _inside(execution_id: str) -> tuple[float, float]:
 def _windows(execution_id: str, name: str) -> tuple[float, float]:
     found = find(execution_id)
     assert found is not None
-    entry = next(e for e in found.trace if e["type"] == "run" and e["step"] == name)
+    entry = next(e for e in found.trace if e["type"] == TraceKind.RUN and e["step"] == name)
     return float(entry["started_at"]), float(entry["finished_at"])
 
 
@@ -222,7 +223,7 @@ def scene_parked(live: bool, tag: str) -> dict[str, Any]:
             out = Checkout.run(order="order-vip", card=card)
             ids = {"order-vip": out.execution_id}
             watch(d, ids, lambda: (f := find(out.execution_id)) is not None
-                  and f.status == "waiting")  # fmt: skip
+                  and f.status == Status.WAITING)  # fmt: skip
             time.sleep(0.5)
             released = time.monotonic()
         watch(d, ids, ended([out.execution_id]))
@@ -247,17 +248,17 @@ def scene_compensation(live: bool, tag: str) -> dict[str, Any]:
     found = find(out.execution_id)
     assert found is not None
     for entry in found.trace:
-        if entry["type"] in ("compensate", "undo"):
+        if entry["type"] in (TraceKind.COMPENSATE, TraceKind.UNDO):
             under = f" under the lock {entry['key']}" if entry.get("key") else ""
             print(f"   {entry['type']} {entry['step']}{under}")
-    compensated = [e for e in found.trace if e["type"] == "compensate"]
+    compensated = [e for e in found.trace if e["type"] == TraceKind.COMPENSATE]
     return {"status": found.status, "compensate_key": compensated[0].get("key") if compensated
             else None, "id": out.execution_id}  # fmt: skip
 
 
 def _parked(execution_id: str) -> bool:
     found = find(execution_id)
-    return found is not None and any(e["type"] == "parked" for e in found.trace)
+    return found is not None and any(e["type"] == TraceKind.PARKED for e in found.trace)
 
 
 # -- running it -----------------------------------------------------------------------------
