@@ -125,3 +125,14 @@ def test_errors_module_exports_the_error_tree() -> None:
     ):
         assert name in errors.__all__
         assert issubclass(getattr(errors, name), errors.ReactorError)
+
+
+def test_status_and_trace_kind_are_string_enums_of_the_states_module() -> None:
+    """Status and TraceKind are exported from their one home, and compare as their strings."""
+    states = importlib.import_module("py_reactor.states")
+
+    assert py_reactor.Status is states.Status
+    assert py_reactor.TraceKind is states.TraceKind
+    assert py_reactor.Status.COMPLETED == "completed"
+    assert py_reactor.TraceKind.RUN == "run"
+    assert json.dumps([py_reactor.TraceKind.PARKED]) == '["parked"]'

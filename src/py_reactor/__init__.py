@@ -47,6 +47,7 @@ from py_reactor.engine import (
 from py_reactor.engine.serializer import dumps_context, loads_context
 from py_reactor.observability import Middleware
 from py_reactor.runtime.execution import Execution
+from py_reactor.states import TraceKind
 from py_reactor.version import __version__
 
 __all__ = [
@@ -77,6 +78,7 @@ __all__ = [
     "Step",
     "Success",
     "SuccessResult",
+    "TraceKind",
     "Value",
     "__version__",
     "async_reactor",
