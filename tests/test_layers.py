@@ -34,19 +34,6 @@ KNOWN_CYCLES: set[frozenset[str]] = {
             "py_reactor.storage.redis",
         }
     ),
-    # debt: one handler per step kind and one scheduler will replace this knot
-    frozenset(
-        {
-            "py_reactor.engine._fan_out",
-            "py_reactor.engine._parallel",
-            "py_reactor.engine._units",
-            "py_reactor.engine.async_units",
-            "py_reactor.engine.compensation",
-            "py_reactor.engine.executor",
-            "py_reactor.engine.interrupt",
-            "py_reactor.engine.step_runner",
-        }
-    ),
 }
 
 #: Modules a function may import: optional extras, and the lazy redis client.
@@ -70,16 +57,6 @@ LAZY_ALLOWED = (
 
 #: The dashboard's package itself (its app needs starlette), imported by its command.
 LAZY_EXACT = frozenset({"py_reactor.web"})
-
-#: Function-level imports that remain inside the engine's knot (see KNOWN_CYCLES), by file.
-KNOWN_LAZY: dict[str, int] = {
-    "engine/_fan_out.py": 1,
-    "engine/_units.py": 4,
-    "engine/async_units.py": 2,
-    "engine/executor.py": 1,
-    "engine/interrupt.py": 1,
-}
-
 
 def _graph() -> grimp.ImportGraph:
     return grimp.build_graph(
@@ -217,22 +194,16 @@ class _Lazy(ast.NodeVisitor):
 
 
 def test_function_level_imports_only_for_optional_extras_and_the_redis_client() -> None:
-    """A function imports only an optional extra or the lazy redis client; the engine's known
-    debt is counted per file and may only shrink."""
-    counts: dict[str, int] = {}
+    """A function imports only an optional extra or the lazy redis client; never a module of
+    the package to step around a cycle."""
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):
         relative = path.relative_to(PACKAGE).as_posix()
         visitor = _Lazy()
         visitor.visit(ast.parse(path.read_text()))
-        for line, module in visitor.found:
-            if module.startswith(LAZY_ALLOWED) or module in LAZY_EXACT:
-                continue
-            counts[relative] = counts.get(relative, 0) + 1
-            found.append(f"{relative}:{line} imports {module}")
-    over = {f: n for f, n in counts.items() if n > KNOWN_LAZY.get(f, 0)}
-    under = {f: n for f, n in KNOWN_LAZY.items() if counts.get(f, 0) < n}
-    assert not over, "function-level imports (move them to the top):\n" + "\n".join(
-        line for line in found if line.split(":")[0] in over
-    )
-    assert not under, f"fewer function-level imports than listed: update KNOWN_LAZY: {under}"
+        found.extend(
+            f"{relative}:{line} imports {module}"
+            for line, module in visitor.found
+            if not (module.startswith(LAZY_ALLOWED) or module in LAZY_EXACT)
+        )
+    assert not found, "function-level imports (move them to the top):\n" + "\n".join(found)

@@ -6,7 +6,7 @@ from typing import Any
 import pytest
 
 from py_reactor import Reactor, RetryPolicy, Step, retries, step
-from py_reactor.engine import step_runner
+from py_reactor.engine import waiter
 from py_reactor.errors import DefinitionError
 
 
@@ -21,7 +21,7 @@ class Flaky(Step):
 def sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     """Record retry pauses instead of sleeping."""
     recorded: list[float] = []
-    monkeypatch.setattr(step_runner, "_sleep", recorded.append)
+    monkeypatch.setattr(waiter, "_sleep", recorded.append)
     return recorded
 
 

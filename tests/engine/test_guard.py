@@ -22,7 +22,7 @@ from py_reactor import (
     retries,
     step,
 )
-from py_reactor.engine import step_runner
+from py_reactor.engine import waiter
 
 LOG: list[str] = []
 VERDICT: dict[str, Any] = {"value": None}
@@ -34,7 +34,7 @@ def _clean_records(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Start every test with empty records, a permissive guard and no real sleeping."""
     LOG.clear()
     VERDICT["value"] = None
-    monkeypatch.setattr(step_runner, "_sleep", lambda seconds: LOG.append(f"sleep {seconds}"))
+    monkeypatch.setattr(waiter, "_sleep", lambda seconds: LOG.append(f"sleep {seconds}"))
     yield
     LOG.clear()
 

@@ -22,7 +22,7 @@ from py_reactor import (
     retries,
     step,
 )
-from py_reactor.engine import Context, step_runner
+from py_reactor.engine import Context, waiter
 from py_reactor.errors import InputValidationError
 from py_reactor.observability import events as ev
 
@@ -177,7 +177,7 @@ def test_invoke_refusing_guard_fails_without_running_or_compensating() -> None:
 def test_invoke_never_retries_even_with_retries_policy(monkeypatch: pytest.MonkeyPatch) -> None:
     """A direct invocation makes exactly one attempt even when the step declares @retries."""
     slept: list[float] = []
-    monkeypatch.setattr(step_runner, "_sleep", slept.append)
+    monkeypatch.setattr(waiter, "_sleep", slept.append)
 
     outcome = Flaky.invoke({})
 

@@ -9,7 +9,7 @@ import pytest
 from pydantic import Field
 
 from py_reactor import Failure, Reactor, Step, Success, Value, retries, step
-from py_reactor.engine import step_runner
+from py_reactor.engine import waiter
 
 CALLS: dict[str, int] = {}
 SLEEPS: list[float] = []
@@ -20,7 +20,7 @@ def _fake_sleep(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Record retry delays instead of sleeping, and reset call counters."""
     CALLS.clear()
     SLEEPS.clear()
-    monkeypatch.setattr(step_runner, "_sleep", SLEEPS.append)
+    monkeypatch.setattr(waiter, "_sleep", SLEEPS.append)
     yield
     CALLS.clear()
     SLEEPS.clear()

@@ -18,7 +18,7 @@ from py_reactor import (
     retries,
     step,
 )
-from py_reactor.engine import step_runner
+from py_reactor.engine import waiter
 from py_reactor.observability import events as ev
 from py_reactor.observability.middleware import HOOKS
 from py_reactor.testing import reset
@@ -265,7 +265,7 @@ def test_retries_deliver_step_retried_between_attempts(
 ) -> None:
     """Each failed attempt that will be retried emits step.retried with its attempt and delay."""
     ATTEMPTS.clear()
-    monkeypatch.setattr(step_runner, "_sleep", lambda _delay: None)
+    monkeypatch.setattr(waiter, "_sleep", lambda _delay: None)
 
     outcome = Retrying.run()
 

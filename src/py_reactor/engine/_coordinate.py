@@ -77,7 +77,7 @@ class StepGate:
     def __init__(
         self, run: Run, step: str, declarations: Mapping[str, Declaration], values: Any
     ) -> None:
-        parking = run.worker is not None  # a worker parks instead of waiting: wait 0
+        parking = run.waiter.parks  # a worker parks instead of waiting: wait 0
         self.parking = parking
 
         def scope(names: Mapping[str, Declaration], wait: float | None) -> Scope | None:
@@ -91,8 +91,8 @@ class StepGate:
                 ledger=run.context.holds,
                 holder=run.context.holder(step),
                 emit=emitter(run, step),
-                wait=0 if parking else wait,
-                recovered=run.worker is not None and run.worker.recovered,
+                wait=run.waiter.gate_wait(wait),
+                recovered=run.waiter.recovered,
                 by=held_by(run, step),
             )
 

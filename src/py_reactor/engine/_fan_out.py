@@ -30,6 +30,7 @@ from py_reactor.dsl.map import MapResult
 from py_reactor.dsl.reactor import Reactor
 from py_reactor.dsl.registry import class_path
 from py_reactor.dsl.signals import Failure, Halt, Success
+from py_reactor.engine.answers import Parked, StepFailure
 from py_reactor.engine.async_units import (
     WAITS,
     _exclusive,
@@ -37,9 +38,9 @@ from py_reactor.engine.async_units import (
     _wait,
     unit_id,
 )
-from py_reactor.engine.context import Context
+from py_reactor.engine.context import Context, element_key
 from py_reactor.engine.results import RollbackFailure, nested_failure
-from py_reactor.engine.run import Parked, Run, StepFailure
+from py_reactor.engine.run import Run
 from py_reactor.errors import (
     ArgumentResolutionError,
     CoordinationError,
@@ -313,8 +314,6 @@ class FanOut:
     # -- small helpers ----------------------------------------------------------------------
 
     def _key(self, index: int) -> str:
-        from py_reactor.engine._units import element_key
-
         return element_key(self.name, index)
 
     def _id(self, index: int) -> str:

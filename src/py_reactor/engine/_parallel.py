@@ -45,15 +45,15 @@ from py_reactor.coordination.scope import TAKER, compute_key
 from py_reactor.dsl.declaration import StepDeclaration, StepKind
 from py_reactor.dsl.parallel import DEFAULT_MAX_BRANCHES, PARALLEL_ATTRIBUTE
 from py_reactor.dsl.reactor import Reactor, StepPlan
+from py_reactor.engine.answers import Halted, Parked, Paused, StepFailure
 from py_reactor.engine.async_units import UNITS, await_units
 from py_reactor.engine.compensation import compensate_failed, rollback, undo_child, undo_elements
 from py_reactor.engine.context import Context, Status, running
-from py_reactor.engine.executor import after_step, check_storable, fail, run_one
 from py_reactor.engine.release import release_ledger
 from py_reactor.engine.resolve import resolve_arguments
 from py_reactor.engine.results import DispatchedResult, Outcome, ParkedResult, SuccessResult
-from py_reactor.engine.run import Parked, Paused, Run, StepFailure
-from py_reactor.engine.step_runner import Halted
+from py_reactor.engine.run import Run
+from py_reactor.engine.stepping import after_step, check_storable, fail, run_one
 from py_reactor.observability import events as ev
 
 __all__ = ["walk_parallel"]
@@ -69,7 +69,7 @@ def walk_parallel(cls: type[Reactor], run: Run) -> Outcome:
     """Run every step of ``cls`` not yet done, independent ready ones at once; roll back on
     failure. In the caller, with a hand-off, only the steps before the hand-off step run here."""
     walk = _Walk(cls, run)
-    handoff = run.handoff if run.worker is None else None
+    handoff = None if run.waiter.parks else run.handoff
     order = cls.__py_reactor_order__
     todo = list(order[: order.index(handoff)] if handoff in order else order)
     try:
@@ -121,7 +121,7 @@ class _Walk:
         self.context = run.context
         self.plan: Mapping[str, StepPlan] = cls.__py_reactor_plan__
         self.limit = int(getattr(cls, PARALLEL_ATTRIBUTE, DEFAULT_MAX_BRANCHES))
-        self.checkpoint = None if run.worker is None else run.worker.checkpoint
+        self.checkpoint = run.waiter.checkpoint
         self.owner = running_owner() or run.context.root_id
         self.running: dict[Future[_Branch], _Branch] = {}
         self.failures: list[StepFailure] = []
@@ -245,18 +245,7 @@ class _Walk:
         root_base: _Base | None = None
         if run.root is not run.context:  # a nested run: parks and pauses are traced up there
             root, root_base = _fork(run.root, None)
-        worker = run.worker
-        if worker is not None:  # the scheduler checkpoints, after merging the branch
-            worker = dataclasses.replace(worker, checkpoint=None, root=root or context)
-        branch_run = Run(
-            run.reactor_name,
-            context,
-            run.middleware,
-            worker=worker,
-            root=root,
-            prefix=run.prefix,
-            units=run.units,
-        )
+        branch_run = run.branch(context, root)
         branch = _Branch(
             name, branch_owner(self.owner, name), branch_run, base, claims, root, root_base
         )

@@ -25,10 +25,12 @@ from py_reactor.dsl.declaration import StepDeclaration, StepKind
 from py_reactor.dsl.reactor import Reactor, StepPlan
 from py_reactor.dsl.registry import class_path, lookup
 from py_reactor.dsl.sources import Input, Result, Value
-from py_reactor.engine._park import backstop, park
+from py_reactor.engine.answers import Halted, Parked, StepFailure
 from py_reactor.engine.context import Context
+from py_reactor.engine.refusals import contended, refused
 from py_reactor.engine.resolve import read_source, resolve_arguments
-from py_reactor.engine.run import Parked, Run, StepFailure, error_text
+from py_reactor.engine.run import Run, error_text
+from py_reactor.engine.waiter import backstop, park
 from py_reactor.errors import (
     ArgumentResolutionError,
     AsyncUnitTimeoutError,
@@ -88,8 +90,6 @@ def dispatch_unit(run: Run, cls: type[Reactor], plan: StepPlan) -> Any:
     """Dispatch the async unit ``plan`` of ``cls``: a :class:`Sent`, or the step's failure
     (bad arguments, a refusing guard, a store that cannot take it): nothing was enqueued then.
     """
-    from py_reactor.engine.step_runner import contended, refused
-
     name, decl, context = plan.name, plan.declaration, run.context
     started = time.time()
     units: dict[str, dict[str, str]] = context.private.setdefault(UNITS, {})
@@ -295,8 +295,6 @@ def take(run: Run, name: str, outcome: Outcome) -> Any:
     """Take the ended unit ``name``'s outcome into the run: None when it succeeded (its value
     is now the step's result, and the unit is tracked for undo), else the failure or halt the
     reading step becomes."""
-    from py_reactor.engine.step_runner import Halted
-
     context = run.context
     entry = context.private[UNITS][name]
     started = time.time()
@@ -394,8 +392,8 @@ def _wait(
     ``report``: trace and announce a timeout here (False: the caller's step runner reports the
     failure itself, as a map step's does)."""
     config = get_config()
-    worker = run.worker
-    if worker is None:
+    waiter = run.waiter
+    if not waiter.parks:  # the caller waits for the unit's end, up to async_wait_timeout
         outcome = run.units.wait(execution_id, config.async_wait_timeout)
         if outcome is None:
             return _timed_out(
@@ -414,7 +412,7 @@ def _wait(
     if left <= 0:
         return _timed_out(run, name, execution_id, label, config.async_park_timeout, "park", report)
     waits[name] = [first, parks + 1]
-    path = (worker.prefix.rstrip(".") or None) if label is None else worker.prefix + label
+    path = (waiter.prefix.rstrip(".") or None) if label is None else waiter.prefix + label
     return park(
         run, path, AWAITED, execution_id, int(parks) + 1, min(left, backstop(None)),
         step_level=step_level,

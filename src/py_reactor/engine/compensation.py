@@ -19,10 +19,11 @@ from py_reactor.coordination.scope import Scope
 from py_reactor.dsl.declaration import StepDeclaration, StepKind
 from py_reactor.dsl.signals import Failure
 from py_reactor.engine._coordinate import rollback_scope
-from py_reactor.engine._units import defines, make_unit
+from py_reactor.engine.answers import StepFailure
 from py_reactor.engine.context import Status
+from py_reactor.engine.kinds import defines, make_unit
 from py_reactor.engine.results import RollbackFailure, nested_failure
-from py_reactor.engine.run import Run, StepFailure
+from py_reactor.engine.run import Run
 from py_reactor.errors import CoordinationError
 from py_reactor.observability import events as ev
 
@@ -96,7 +97,11 @@ def compensate_failed(
     try:
         if failed is not None and defines(declarations[failed], "compensate"):
             decl = declarations[failed]
-            call = partial(failure.unit.compensate, failure.compensation_error)
+            call: Callable[[], Any] = (
+                partial(undo_elements, run, failed, decl)  # the elements done before the failure
+                if decl.kind is StepKind.MAP
+                else partial(failure.unit.compensate, failure.compensation_error)
+            )
             # Under the holds its work kept (extended first: the ttl must not run out during
             # the compensate); re-taken instead if there are none, or one was lost meanwhile.
             kept = failure.holds is not None and failure.holds.refresh()

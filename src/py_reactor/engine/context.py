@@ -18,7 +18,7 @@ from py_reactor.coordination.holds import Ledger
 from py_reactor.coordination.owner import bind_owner, running_owner, unbind_owner
 from py_reactor.states import Status
 
-__all__ = ["Context", "Status", "new_id", "running", "running_context"]
+__all__ = ["Context", "Status", "element_key", "new_id", "running", "running_context"]
 
 
 def new_id() -> str:
@@ -136,3 +136,8 @@ class Context:
             f"<Context {self.reactor} id={self.execution_id} status={self.status.value} "
             f"steps_done={len(self.results)}>"
         )
+
+
+def element_key(step: str, index: int) -> str:
+    """Where a map step's element ``index`` keeps its context: ``children["<step>[<i>]"]``."""
+    return f"{step}[{index}]"

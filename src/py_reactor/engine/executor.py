@@ -8,50 +8,36 @@ process.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from py_reactor.config import get_config
 from py_reactor.coordination.scope import Admission, Scope
-from py_reactor.dsl.declaration import StepKind
-from py_reactor.dsl.reactor import Reactor, StepPlan
+from py_reactor.dsl.reactor import Reactor
 from py_reactor.dsl.registry import class_path
 from py_reactor.engine._coordinate import emitter, held_by
-from py_reactor.engine._park import entered, park_or_fail, store_outage
-from py_reactor.engine.async_units import DEFERRED, await_inputs, await_units, dispatch_unit
+from py_reactor.engine._parallel import walk_parallel
+from py_reactor.engine.answers import Parked, StepFailure
+from py_reactor.engine.async_units import DEFERRED, await_inputs, await_units
 from py_reactor.engine.compensation import rollback
 from py_reactor.engine.context import Context, Status, running, running_context
 from py_reactor.engine.handoff import NO_UNITS, UnitBackend
-from py_reactor.engine.interrupt import reach_interrupt
 from py_reactor.engine.results import (
     DispatchedResult,
-    FailureResult,
     HaltedResult,
     Outcome,
     ParkedResult,
     PausedResult,
     SuccessResult,
 )
-from py_reactor.engine.run import (
-    Parked,
-    Paused,
-    Run,
-    StepFailure,
-    WorkerMode,
-    describe_exception,
-)
-from py_reactor.engine.serializer import dumps_context
-from py_reactor.engine.step_runner import Halted, run_step
-from py_reactor.errors import (
-    CoordinationError,
-    InputValidationError,
-    SerializationError,
-    StoreUnavailableError,
-)
+from py_reactor.engine.run import Run
+from py_reactor.engine.stepping import after_step, check_storable, fail, parked, run_one
+from py_reactor.engine.waiter import BLOCKING, Waiter
+from py_reactor.errors import CoordinationError, InputValidationError
 from py_reactor.observability import events as ev
 from py_reactor.observability.middleware import Middleware
 
-__all__ = ["after_step", "check_storable", "execute", "failure_result", "run_one", "run_reactor"]
+__all__ = ["execute", "run_reactor"]
 
 
 def run_reactor(
@@ -86,7 +72,7 @@ def execute(
     *,
     middleware: tuple[Middleware, ...] | None = None,
     validated: bool = False,
-    worker: WorkerMode | None = None,
+    waiter: Waiter = BLOCKING,
     handoff: str | None = None,
     root: Context | None = None,
     prefix: str = "",
@@ -96,8 +82,9 @@ def execute(
     pauses at an interrupt.
 
     Args:
-        worker: set in a worker: contention parks (a ``ParkedResult``) instead of failing,
-            retries wait in the parked set, and the context is checkpointed after every step.
+        waiter: what a Wait means here: :data:`BLOCKING` in the caller; a ``Parking`` waiter in
+            a worker (contention parks, a ``ParkedResult``, instead of failing; retries wait in
+            the parked set; the context is checkpointed after every step).
         handoff: in the caller, the step at which the run stops and is handed to a worker
             (a ``DispatchedResult``); what it holds by then stays held for the worker.
         root, prefix: for a nested run (a composed child, a map element), the execution's
@@ -111,18 +98,21 @@ def execute(
         cls.__py_reactor_name__,
         context,
         get_config().middleware if middleware is None else middleware,
-        worker=worker,
+        waiter=waiter,
         handoff=handoff,
         root=root,
         prefix=prefix,
         units=units,
+        nest=_nest,
     )
-    if context.status is Status.PENDING or (worker is None and context.status is not Status.PAUSED):
+    if context.status is Status.PENDING or (
+        not waiter.parks and context.status is not Status.PAUSED
+    ):
         run.emit(ev.ReactorStarted)  # once per execution: not again when a worker resumes it
     if DEFERRED in context.private:  # an async unit whose inputs read other units' results
         waiting = await_inputs(run)
         if isinstance(waiting, Parked):
-            return _parked(run, waiting)
+            return parked(run, waiting)
         if isinstance(waiting, StepFailure):
             return fail(run, waiting)
         validated = False
@@ -163,20 +153,20 @@ def _coordinated(cls: type[Reactor], run: Run) -> Outcome:
             ledger=context.holds,
             holder=context.holder(None),
             emit=emitter(run, None),
-            wait=0 if run.worker is not None else None,
-            recovered=run.worker is not None and run.worker.recovered,
+            wait=run.waiter.gate_wait(None),
+            recovered=run.waiter.recovered,
             by=held_by(run, None),
         )
-        admission = scope.enter(parking=run.worker is not None)
+        admission = scope.enter(parking=run.waiter.parks)
     except CoordinationError as exc:
-        parked = park_or_fail(run, None, exc)
-        if parked is not None:
-            return _parked(run, parked)
+        suspended = run.waiter.busy(run, None, exc)
+        if suspended is not None:
+            return parked(run, suspended)
         return fail(run, StepFailure(None, exc, retryable=False, work_started=False))
     except BaseException:  # interrupted while waiting for a key: no rollback, no work ran
         context.status = Status.ABORTED
         raise
-    entered(run, None)
+    run.waiter.entered(run, None)
     if admission is not Admission.PROCEED:
         scope.exit(succeeded=False, failed=False)
         reason = admission.value
@@ -214,18 +204,16 @@ def _walk(cls: type[Reactor], run: Run) -> Outcome:
     the hand-off step, if any.
     """
     if getattr(cls, "__py_reactor_parallel__", None):  # @parallel: independent steps at once
-        from py_reactor.engine._parallel import walk_parallel
-
         return walk_parallel(cls, run)
     context = run.context
     plan = cls.__py_reactor_plan__
     failure: StepFailure | None = None
-    checkpoint = None if run.worker is None else run.worker.checkpoint
+    checkpoint = run.waiter.checkpoint
     try:
         for name in cls.__py_reactor_order__:
             if name in context.results:
                 continue
-            if name == run.handoff and run.worker is None:
+            if name == run.handoff and not run.waiter.parks:
                 unstorable = check_storable(run, None)
                 if unstorable is not None:  # a worker could never pick it up: roll back here
                     failure = unstorable
@@ -259,93 +247,16 @@ def _walk(cls: type[Reactor], run: Run) -> Outcome:
     return SuccessResult(context, value)
 
 
-def run_one(run: Run, cls: type[Reactor], plan: StepPlan) -> object:
-    """Run the step ``plan`` of ``cls`` once, whatever its kind: dispatch an async unit,
-    reach an interrupt (pause, or take the payload of a resume), or run the step."""
-    decl = plan.declaration
-    if decl.asynchronous:
-        return dispatch_unit(run, cls, plan)
-    if decl.kind is StepKind.INTERRUPT:
-        return reach_interrupt(run, plan)
-    return run_step(run, plan)
-
-
-def after_step(
-    run: Run, name: str, result: object, checkpoint: Callable[[Context], None] | None
-) -> Outcome | StepFailure | None:
-    """What the walk does after step ``name`` answered ``result``: None to go on; an outcome to
-    end the run with (parked, halted); a failure to roll back for."""
-    if isinstance(result, Parked):
-        return _parked(run, result)
-    if isinstance(result, Paused):
-        run.context.status = Status.PAUSED
-        return PausedResult(
-            run.context,
-            waiter=run.units.finish,
-            step_name=result.step,
-            correlation_id=result.correlation_id,
-            deadline=result.deadline,
-        )
-    if isinstance(result, StepFailure):
-        return result
-    if isinstance(result, Halted):
-        run.context.status = Status.HALTED
-        run.emit(ev.ReactorHalted, name, reason=result.reason)
-        return HaltedResult(run.context, reason=result.reason, step_name=name)
-    if checkpoint is not None:  # a dispatched unit too: its id is stored before going on
-        try:
-            return check_storable(run, name, checkpoint)
-        except StoreUnavailableError:  # the step is done, only not stored: suspend, undo nothing
-            return _parked(run, store_outage(run, name))
-    return None
-
-
-def check_storable(
-    run: Run, step: str | None, checkpoint: Callable[[Context], None] | None = None
-) -> StepFailure | None:
-    """Store the context (``checkpoint``; without one, only check that it can be stored); a
-    failure of ``step`` if its result cannot be written as JSON, which a background run needs.
-
-    The step's work succeeded, so it stays completed and is undone by the rollback.
-    """
-    try:
-        if checkpoint is None:
-            dumps_context(run.context)
-        else:
-            checkpoint(run.context)
-    except SerializationError as exc:
-        return StepFailure(step, exc, retryable=False, work_started=False)
-    return None
-
-
-def _parked(run: Run, parked: Parked) -> ParkedResult:
-    run.context.status = Status.WAITING
-    return ParkedResult(run.context, parked)
-
-
-def fail(run: Run, failure: StepFailure) -> FailureResult:
-    """End a reactor run as failed (after any rollback) and tell middleware."""
-    outcome = failure_result(run, failure)
-    run.emit(ev.ReactorFailed, failure.step, error=failure.error)
-    return outcome
-
-
-def failure_result(run: Run, failure: StepFailure) -> FailureResult:
-    """Mark the context failed and build the outcome that reports ``failure``."""
-    run.context.status = Status.FAILED
-    exception_class, backtrace = describe_exception(failure.error)
-    return FailureResult(
-        run.context,
-        error=failure.error,
-        step_name=failure.step,
-        reactor_name=run.reactor_name,
-        exception_class=exception_class,
-        step_arguments=failure.arguments,
-        inputs=run.context.inputs,
-        retryable=failure.retryable,
-        rollback_failures=run.rollback_failures,
-        validation_errors=failure.validation_errors,
-        backtrace=backtrace,
-        attempts=failure.attempts,
-        child=failure.child,
+def _nest(run: Run, cls: type[Reactor], context: Context, step: str, validated: bool) -> Outcome:
+    """Run ``cls`` as ``step`` of ``run`` (a composed child, a map element ``"step[i]"``):
+    parks inside it are named ``"<step>.<its step>"`` from the root."""
+    return execute(
+        cls,
+        context,
+        middleware=run.middleware,
+        validated=validated,
+        waiter=run.waiter.nested(step),
+        root=run.root,
+        prefix=f"{run.prefix}{step}.",
+        units=run.units,
     )

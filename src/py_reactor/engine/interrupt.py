@@ -18,7 +18,8 @@ from typing import Any
 
 from py_reactor.dsl.interrupt import options_of
 from py_reactor.dsl.reactor import StepPlan
-from py_reactor.engine.run import Paused, Run, StepFailure, error_text
+from py_reactor.engine.answers import Completed, Paused, StepFailure
+from py_reactor.engine.run import Run, error_text
 from py_reactor.errors import InterruptError, InterruptTimeoutError
 from py_reactor.observability import events as ev
 
@@ -36,8 +37,6 @@ def reach_interrupt(run: Run, plan: StepPlan) -> Any:
     """The run reached the interrupt step ``plan``: a ``Completed`` (a resume's payload), a
     :class:`Paused`, or the step's failure (its timeout lapsed, or the correlation id is taken
     or cannot be computed)."""
-    from py_reactor.engine.step_runner import Completed
-
     name, root, context = plan.name, run.root, run.context
     path = run.prefix + name
     started = time.time()

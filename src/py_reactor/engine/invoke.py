@@ -9,12 +9,13 @@ from py_reactor.config import get_config
 from py_reactor.coordination.holds import Ledger
 from py_reactor.coordination.owner import new_owner
 from py_reactor.dsl.declaration import StepDeclaration
+from py_reactor.engine.answers import Halted, Parked, Paused, StepFailure
 from py_reactor.engine.compensation import rollback
 from py_reactor.engine.context import Context, Status, running, running_context
-from py_reactor.engine.executor import failure_result
 from py_reactor.engine.results import HaltedResult, Outcome, SuccessResult
-from py_reactor.engine.run import Parked, Paused, Run, StepFailure
-from py_reactor.engine.step_runner import Halted, run_resolved
+from py_reactor.engine.run import Run
+from py_reactor.engine.step_runner import run_resolved
+from py_reactor.engine.stepping import failure_result
 
 __all__ = ["invoke_declaration"]
 

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
-from types import MappingProxyType
 from typing import Any
 
 from py_reactor.coordination.scope import Admission
@@ -19,9 +17,18 @@ from py_reactor.dsl.reactor import StepPlan
 from py_reactor.dsl.retries import RetryPolicy
 from py_reactor.dsl.signals import Failure, Halt, Skipped, Success
 from py_reactor.engine._coordinate import StepGate
-from py_reactor.engine._park import entered, park_or_fail, store_outage
-from py_reactor.engine._units import defines, make_unit
+from py_reactor.engine.answers import (
+    Completed,
+    Halted,
+    Parked,
+    Paused,
+    SkippedStep,
+    StepAnswer,
+    StepFailure,
+)
 from py_reactor.engine.async_units import await_units
+from py_reactor.engine.kinds import defines, make_unit
+from py_reactor.engine.refusals import NOTHING, contended, refused
 from py_reactor.engine.resolve import resolve_arguments
 from py_reactor.engine.results import (
     FailureResult,
@@ -30,7 +37,7 @@ from py_reactor.engine.results import (
     PausedResult,
     SuccessResult,
 )
-from py_reactor.engine.run import Parked, Paused, Run, StepFailure, error_text
+from py_reactor.engine.run import Run, error_text
 from py_reactor.errors import (
     ArgumentResolutionError,
     CoordinationError,
@@ -39,48 +46,10 @@ from py_reactor.errors import (
 )
 from py_reactor.observability import events as ev
 
-__all__ = [
-    "Completed",
-    "Halted",
-    "SkippedStep",
-    "StepResult",
-    "contended",
-    "refused",
-    "run_resolved",
-    "run_step",
-]
-
-_sleep = time.sleep  # module-level so tests can swap in a fake clock
-
-_NOTHING: Mapping[str, Any] = MappingProxyType({})
+__all__ = ["run_resolved", "run_step"]
 
 
-@dataclass(slots=True)
-class Completed:
-    """The step succeeded with ``value``."""
-
-    value: Any
-
-
-@dataclass(slots=True)
-class SkippedStep:
-    """The step was skipped; ``value`` still flows on."""
-
-    value: Any
-    reason: str | None
-
-
-@dataclass(slots=True)
-class Halted:
-    """The step asked the whole run to stop cleanly."""
-
-    reason: str
-
-
-StepResult = Completed | SkippedStep | Halted | StepFailure | Parked | Paused
-
-
-def run_step(run: Run, plan: StepPlan) -> StepResult:
+def run_step(run: Run, plan: StepPlan) -> StepAnswer:
     """Wait for the async units the step reads, resolve its arguments, then run the step."""
     if plan.units:
         waiting = await_units(run, plan.units, plan.name)
@@ -102,7 +71,7 @@ def run_resolved(
     *,
     started: float | None = None,
     retry: bool = True,
-) -> StepResult:
+) -> StepAnswer:
     """Validate ``args``, check the guard, then run the step inside its coordination.
 
     Coordination is taken after validation and the guard (a refused step takes nothing),
@@ -130,7 +99,7 @@ def run_resolved(
     policy = decl.retry_policy if retry else None
     declared = decl.coordination
     if not declared:  # the common case: one check, no coordination cost
-        return _attempts(run, name, values, unit, policy, None, started, _NOTHING)
+        return _attempts(run, name, values, unit, policy, None, started, NOTHING)
     try:
         gate = StepGate(run, name, declared, values)
     except CoordinationError as exc:  # a key function failed: nothing was taken
@@ -139,11 +108,11 @@ def run_resolved(
     try:
         admission = gate.open()
     except CoordinationError as exc:
-        parked = park_or_fail(run, name, exc)
+        parked = run.waiter.busy(run, name, exc)
         if parked is not None:
             return parked
         return contended(run, name, values, exc, 0, started, unit, None, where)
-    result: StepResult | None = None
+    result: StepAnswer | None = None
     aborted = False
     try:
         if admission is not Admission.PROCEED:
@@ -175,7 +144,7 @@ def _attempts(
     gate: StepGate | None,
     started: float,
     where: Mapping[str, Any],
-) -> StepResult:
+) -> StepAnswer:
     """Run the step's work until it succeeds, stops, or fails for good.
 
     ``where`` (the step's coordination keys, if any) goes into its trace entries.
@@ -191,12 +160,12 @@ def _attempts(
             try:
                 admission = gate.enter()
             except CoordinationError as exc:
-                parked = park_or_fail(run, name, exc)
+                parked = run.waiter.busy(run, name, exc)
                 if parked is not None:
                     run.context.attempts[name] = attempt - 1  # a park is not an attempt
                     return parked
                 return contended(run, name, values, exc, attempt - 1, started, unit, last, where)
-            entered(run, name)
+            run.waiter.entered(run, name)
             if admission is not Admission.PROCEED:
                 gate.exit(succeeded=False)  # the period re-check said no after lock/semaphore
                 return _skip(run, name, values, Skipped(reason=admission.value), started, where)
@@ -229,11 +198,9 @@ def _attempts(
                 delay=delay,
             )
             run.emit(ev.StepRetried, name, attempt=attempt, delay=delay, error=failure.error)
-            if delay > 0 and run.worker is not None:  # never sleep in a worker: come back later
-                run.context.attempts[name] = attempt
-                return Parked(name, None, None, attempt, delay)
-            if delay > 0:
-                _sleep(delay)
+            parked = run.waiter.backoff(run, name, attempt, delay)
+            if parked is not None:  # a worker never sleeps: it comes back later
+                return parked
             started = time.time()
             continue
         try:
@@ -286,58 +253,12 @@ def _outage_suspends(
     own) suspends the run instead of failing the step: the attempt runs again once the store
     is back (it did not count), and nothing is rolled back meanwhile. Any other signal is
     returned as it is."""
-    if (
-        run.worker is not None
-        and isinstance(signal, Failure)
-        and isinstance(signal.error, StoreUnavailableError)
-    ):
-        run.context.attempts[name] = attempt - 1
-        return store_outage(run, name)
+    if isinstance(signal, Failure) and isinstance(signal.error, StoreUnavailableError):
+        parked = run.waiter.outage(run, name)
+        if parked is not None:
+            run.context.attempts[name] = attempt - 1
+            return parked
     return signal
-
-
-def contended(
-    run: Run,
-    name: str,
-    values: dict[str, Any],
-    exc: CoordinationError,
-    attempts: int,
-    started: float,
-    unit: Any,
-    last: Failure | None,
-    where: Mapping[str, Any] = _NOTHING,
-) -> StepFailure:
-    """The step's coordination said no (contention, a bad key, the store) before an attempt.
-
-    This is the one park-or-fail decision of the step path. In this process the primitive
-    has already waited its ``wait``, so the step fails, never retried, and the run rolls back
-    as for any failure; a worker parks the execution here instead. ``attempts`` counts the
-    attempts whose work did run: if there were any, the step is compensated, with ``last``
-    (the last attempt's failure) as its error.
-    """
-    run.record(
-        "failed",
-        name,
-        started,
-        attempt=attempts,
-        arguments=values,
-        error=error_text(exc),
-        refused_by="coordination",
-        primitive=exc.primitive,
-        key=exc.key,
-        **where,
-    )
-    run.emit(ev.StepFailed, name, attempt=attempts, error=exc)
-    return StepFailure(
-        name,
-        exc,
-        retryable=False,
-        work_started=attempts > 0,
-        arguments=values,
-        attempts=attempts,
-        unit=unit,
-        work_error=None if last is None else last.error,
-    )
 
 
 def _as_signal(raw: Any) -> Success | Failure | Halt | Skipped | Parked | Paused:
@@ -387,7 +308,7 @@ def _guard(unit: Any) -> Failure | Skipped | Halt | None:
 
 def _settle_early(
     run: Run, name: str, verdict: Failure | Skipped | Halt, values: dict[str, Any], started: float
-) -> StepResult:
+) -> StepAnswer:
     if isinstance(verdict, Skipped):
         return _skip(run, name, values, verdict, started)
     if isinstance(verdict, Halt):
@@ -413,7 +334,7 @@ def _complete(
     value: Any,
     attempt: int,
     started: float,
-    where: Mapping[str, Any] = _NOTHING,
+    where: Mapping[str, Any] = NOTHING,
 ) -> Completed:
     context = run.context
     context.results[name] = value
@@ -430,7 +351,7 @@ def _skip(
     values: dict[str, Any],
     signal: Skipped,
     started: float,
-    where: Mapping[str, Any] = _NOTHING,
+    where: Mapping[str, Any] = NOTHING,
 ) -> SkippedStep:
     run.context.results[name] = signal.value
     run.context.arguments[name] = values
@@ -442,24 +363,3 @@ def _skip(
 def _halt(run: Run, name: str, reason: str, started: float) -> Halted:
     run.record("halted", name, started, reason=reason)
     return Halted(reason)
-
-
-def refused(
-    run: Run,
-    name: str,
-    exc: Exception,
-    args: dict[str, Any] | None,
-    started: float,
-    *,
-    validation_errors: list[dict[str, Any]] | None = None,
-) -> StepFailure:
-    run.record("failed", name, started, attempt=0, arguments=args, error=error_text(exc))
-    run.emit(ev.StepFailed, name, attempt=0, error=exc)
-    return StepFailure(
-        name,
-        exc,
-        retryable=False,
-        work_started=False,
-        arguments=args,
-        validation_errors=list(validation_errors or []),
-    )

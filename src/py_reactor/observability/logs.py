@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
 __all__ = ["LoggingMiddleware", "render"]
 
-#: The errors that mean "still busy" (engine._park.CONTENTION).
+#: The errors that mean "still busy" (engine.waiter.CONTENTION).
 _CONTENTION = (
     LockAcquisitionError,
     SemaphoreAcquisitionError,

@@ -41,8 +41,9 @@ from py_reactor.engine.results import (
     PausedResult,
     RollbackFailure,
 )
-from py_reactor.engine.run import StaleExecution, WorkerMode, describe_exception
+from py_reactor.engine.run import StaleExecution, describe_exception
 from py_reactor.engine.serializer import dumps_context, loads_context
+from py_reactor.engine.waiter import Parking
 from py_reactor.errors import (
     ReactorError,
     ReactorNotImportableError,
@@ -204,7 +205,7 @@ def run_execution(
         ):
             raise StaleExecution(execution_id)
 
-    mode = WorkerMode(
+    waiter = Parking(
         park_max_attempts=config.park_max_attempts,
         checkpoint=checkpoint,
         root=context,
@@ -215,7 +216,7 @@ def run_execution(
         on_claim(execution_id, epoch)
     try:
         with worker_run(context):  # middleware sees the run start and end (trace context, wake)
-            outcome = execute(cls, context, worker=mode, units=StoreUnits(transport))
+            outcome = execute(cls, context, waiter=waiter, units=StoreUnits(transport))
     except StaleExecution:
         logger.warning("py_reactor: execution %s was claimed by another runner", execution_id)
         return "stale"

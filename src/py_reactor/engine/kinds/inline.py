@@ -1,0 +1,34 @@
+"""An inline step: a plain function declared with ``@step``, and its attached hooks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from py_reactor.dsl.declaration import StepDeclaration
+
+__all__ = ["InlineUnit"]
+
+
+class InlineUnit:
+    """Calls the function with the step's arguments; ``compensate``/``undo`` call the hooks
+    attached with ``@<step>.compensate`` / ``@<step>.undo``, if any."""
+
+    __slots__ = ("decl", "values")
+
+    def __init__(self, decl: StepDeclaration, values: dict[str, Any]) -> None:
+        self.decl = decl
+        self.values = values
+
+    def guard(self) -> Any:
+        return None
+
+    def run(self) -> Any:
+        return self.decl.target(**self.values)
+
+    def compensate(self, error: Any) -> Any:
+        hook = self.decl.compensate_hook
+        return None if hook is None else hook(error, **self.values)
+
+    def undo(self, result: Any) -> Any:
+        hook = self.decl.undo_hook
+        return None if hook is None else hook(result, **self.values)
