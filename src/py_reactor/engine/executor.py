@@ -16,10 +16,8 @@ from py_reactor.coordination.scope import Admission, Scope
 from py_reactor.dsl.reactor import Reactor
 from py_reactor.dsl.registry import class_path
 from py_reactor.engine._coordinate import emitter, held_by
-from py_reactor.engine._parallel import walk_parallel
 from py_reactor.engine.answers import Parked, StepFailure
-from py_reactor.engine.async_units import DEFERRED, await_inputs, await_units
-from py_reactor.engine.compensation import rollback
+from py_reactor.engine.async_units import DEFERRED, await_inputs
 from py_reactor.engine.context import Context, Status, running, running_context
 from py_reactor.engine.handoff import NO_UNITS, UnitBackend
 from py_reactor.engine.results import (
@@ -28,10 +26,10 @@ from py_reactor.engine.results import (
     Outcome,
     ParkedResult,
     PausedResult,
-    SuccessResult,
 )
 from py_reactor.engine.run import Run
-from py_reactor.engine.stepping import after_step, check_storable, fail, parked, run_one
+from py_reactor.engine.scheduler import walk
+from py_reactor.engine.stepping import fail, parked
 from py_reactor.engine.waiter import BLOCKING, Waiter
 from py_reactor.errors import CoordinationError, InputValidationError
 from py_reactor.observability import events as ev
@@ -134,7 +132,7 @@ def execute(
     context.status = Status.RUNNING
     with running(context):  # holds belong to the root execution
         if not cls.coordination:
-            return _walk(cls, run)
+            return walk(cls, run)
         return _coordinated(cls, run)
 
 
@@ -177,7 +175,7 @@ def _coordinated(cls: type[Reactor], run: Run) -> Outcome:
     outcome: Outcome | None = None
     aborted = False
     try:
-        outcome = _walk(cls, run)
+        outcome = walk(cls, run)
         return outcome
     except BaseException as exc:
         aborted = not isinstance(exc, Exception)  # KeyboardInterrupt, SystemExit
@@ -195,56 +193,6 @@ def _coordinated(cls: type[Reactor], run: Run) -> Outcome:
                 succeeded=status is Status.COMPLETED,
                 failed=status not in (Status.COMPLETED, Status.HALTED),
             )
-
-
-def _walk(cls: type[Reactor], run: Run) -> Outcome:
-    """Run every step not yet done, in order; roll back on failure.
-
-    In a worker the context is checkpointed after every step; in the caller the walk stops at
-    the hand-off step, if any.
-    """
-    if getattr(cls, "__py_reactor_parallel__", None):  # @parallel: independent steps at once
-        return walk_parallel(cls, run)
-    context = run.context
-    plan = cls.__py_reactor_plan__
-    failure: StepFailure | None = None
-    checkpoint = run.waiter.checkpoint
-    try:
-        for name in cls.__py_reactor_order__:
-            if name in context.results:
-                continue
-            if name == run.handoff and not run.waiter.parks:
-                unstorable = check_storable(run, None)
-                if unstorable is not None:  # a worker could never pick it up: roll back here
-                    failure = unstorable
-                    rollback(run, {n: p.declaration for n, p in plan.items()}, unstorable)
-                    return fail(run, unstorable)
-                # still "running": the worker goes on with it
-                return DispatchedResult(context, waiter=run.units.finish)
-            result = run_one(run, cls, plan[name])
-            ended = after_step(run, name, result, checkpoint)
-            if ended is not None:
-                break
-        else:
-            ended = None
-            if cls.returns is not None and cls.returns not in context.results:
-                reading = await_units(run, (cls.returns,), None)  # an unread unit's value
-                ended = after_step(run, cls.returns, reading, None)
-        if isinstance(ended, StepFailure):
-            failure = ended
-            rollback(run, {n: p.declaration for n, p in plan.items()}, ended)
-            return fail(run, ended)
-        if ended is not None:
-            return ended
-    except BaseException:
-        if failure is not None:
-            failure.release_holds()  # interrupted before its rollback released them
-        context.status = Status.ABORTED
-        raise
-    context.status = Status.COMPLETED
-    value = context.results.get(cls.returns) if cls.returns is not None else None
-    run.emit(ev.ReactorCompleted, value=value)
-    return SuccessResult(context, value)
 
 
 def _nest(run: Run, cls: type[Reactor], context: Context, step: str, validated: bool) -> Outcome:

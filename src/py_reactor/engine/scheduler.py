@@ -1,4 +1,10 @@
-"""The walk of a ``@parallel`` reactor: independent ready steps run at once, each on a thread.
+"""The one walk of every reactor: its steps in dependency order, at most ``max_branches`` at once.
+
+A plain reactor is the walk with ``max_branches=1``: each step runs in the scheduler's thread
+against the execution's context, in the reactor's order (dependencies first), and nothing is
+forked or merged. A ``@parallel`` reactor runs independent ready steps at once, each on a
+thread. Either way the walk ends one way (``finish``): a failure rolls back, a halt, a pause or
+a park ends the run, a hand-off in the caller dispatches it, else it completes.
 
 A step is *ready* when every step it depends on has a result (an async unit it reads counts
 once dispatched: the step waits for the unit itself). The scheduler — the thread that runs the
@@ -43,7 +49,7 @@ from py_reactor.coordination.holds import HELD, Ledger
 from py_reactor.coordination.owner import branch_owner, encloses, running_owner
 from py_reactor.coordination.scope import TAKER, compute_key
 from py_reactor.dsl.declaration import StepDeclaration, StepKind
-from py_reactor.dsl.parallel import DEFAULT_MAX_BRANCHES, PARALLEL_ATTRIBUTE
+from py_reactor.dsl.parallel import PARALLEL_ATTRIBUTE
 from py_reactor.dsl.reactor import Reactor, StepPlan
 from py_reactor.engine.answers import Halted, Parked, Paused, StepFailure
 from py_reactor.engine.async_units import UNITS, await_units
@@ -56,7 +62,7 @@ from py_reactor.engine.run import Run
 from py_reactor.engine.stepping import after_step, check_storable, fail, run_one
 from py_reactor.observability import events as ev
 
-__all__ = ["walk_parallel"]
+__all__ = ["walk"]
 
 _MISSING: Any = object()
 
@@ -65,9 +71,10 @@ _MISSING: Any = object()
 _TAKEN_IN_TURN = ("lock", "ordered_lock", "period")
 
 
-def walk_parallel(cls: type[Reactor], run: Run) -> Outcome:
-    """Run every step of ``cls`` not yet done, independent ready ones at once; roll back on
-    failure. In the caller, with a hand-off, only the steps before the hand-off step run here."""
+def walk(cls: type[Reactor], run: Run) -> Outcome:
+    """Run every step of ``cls`` not yet done (``@parallel``: independent ready ones at once);
+    roll back on failure. In a worker the context is checkpointed after every step; in the
+    caller, with a hand-off, only the steps before the hand-off step run here."""
     walk = _Walk(cls, run)
     handoff = None if run.waiter.parks else run.handoff
     order = cls.__py_reactor_order__
@@ -120,7 +127,7 @@ class _Walk:
         self.run = run
         self.context = run.context
         self.plan: Mapping[str, StepPlan] = cls.__py_reactor_plan__
-        self.limit = int(getattr(cls, PARALLEL_ATTRIBUTE, DEFAULT_MAX_BRANCHES))
+        self.limit = int(getattr(cls, PARALLEL_ATTRIBUTE, None) or 1)
         self.checkpoint = run.waiter.checkpoint
         self.owner = running_owner() or run.context.root_id
         self.running: dict[Future[_Branch], _Branch] = {}
@@ -140,6 +147,13 @@ class _Walk:
 
     def drive(self, todo: list[str]) -> None:
         """Run the steps of ``todo`` not done yet until all are done or the walk stops."""
+        if self.limit == 1:  # one at a time, here: ``todo`` is in dependency order already
+            for name in todo:
+                if self.stopping:
+                    return
+                if not self._done(name):
+                    self._settle(name, run_one(self.run, self.cls, self.plan[name]))
+            return
         pending = [name for name in todo if not self._done(name)]
         while True:
             if not self.stopping:
