@@ -58,6 +58,7 @@ LAZY_ALLOWED = (
 #: The dashboard's package itself (its app needs starlette), imported by its command.
 LAZY_EXACT = frozenset({"py_reactor.web"})
 
+
 def _graph() -> grimp.ImportGraph:
     return grimp.build_graph(
         "py_reactor", include_external_packages=False, exclude_type_checking_imports=True
