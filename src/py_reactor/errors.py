@@ -276,7 +276,8 @@ class OrderedLockWaitError(CoordinationError):
     """An ordered-lock position's turn did not come within ``wait``.
 
     ``stale`` is True when it never will: the position is no longer in the sequence (skipped
-    as a poison pill, abandoned or released, or its batch ended); take a new one.
+    as a poison pill, abandoned or released, or its batch ended); take a new one. ``turn`` is
+    the waiting position as ``"<epoch>:<number>"`` (None when stale).
     """
 
     def __init__(
@@ -284,6 +285,7 @@ class OrderedLockWaitError(CoordinationError):
         message: str,
         *,
         stale: bool = False,
+        turn: str | None = None,
         primitive: str | None = None,
         key: str | None = None,
         reactor: str | None = None,
@@ -291,6 +293,7 @@ class OrderedLockWaitError(CoordinationError):
     ):
         super().__init__(message, primitive=primitive, key=key, reactor=reactor, step=step)
         self.stale = stale
+        self.turn = turn
 
 
 class CoordinationKeyError(CoordinationError):

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from py_reactor import Lock, Middleware, Period, Semaphore, configure, find
+from py_reactor import Lock, Middleware, OrderedLock, Period, Semaphore, configure, find
 from py_reactor.coordination.period import PeriodClaim
 from py_reactor.observability import events as ev
 from tests.runtime import _reactors as r
@@ -90,3 +90,28 @@ def test_a_period_claim_ended_before_the_park_is_written_wakes_the_run(key: str)
     assert time.monotonic() - started < WOKEN_WITHIN
     trace = find(done.execution_id).trace  # type: ignore[union-attr]
     assert [e["type"] for e in trace] == ["parked", "skipped"]  # the bucket was done
+
+
+class _TurnEnd:
+    """An ordered position's turn as ``ReleaseOnPark`` releases it: its work done."""
+
+    def __init__(self, turn: Any) -> None:
+        self.turn = turn
+
+    def release(self) -> None:
+        self.turn.release(failed=False)
+
+
+def test_an_ordered_turn_passed_on_before_the_park_is_written_wakes_the_run(key: str) -> None:
+    """The run takes the position after the test's and parks out of turn; the test's turn ends
+    between that answer and the park's write, so nobody is in the parked list to be woken: the
+    write itself sees the turn has come."""
+    lock = OrderedLock(f"seq:{key}")
+    turn = lock.wait_turn(lock.take_position())  # position 1: in progress
+    watcher = ReleaseOnPark(_TurnEnd(turn))
+    configure(middleware=[watcher])
+    started = time.monotonic()
+    done = r.OrderedStep.run(key=key).wait(timeout=PARK_DELAY + 10)
+    assert done.status == "completed", done
+    assert watcher.parks == 1
+    assert time.monotonic() - started < WOKEN_WITHIN

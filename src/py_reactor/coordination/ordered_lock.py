@@ -316,6 +316,7 @@ class OrderedLock(UsesStore):
             f"did not get its turn within {self.wait or 0:g} s; position {blocker} is still "
             f"in progress (last completed: {blocker - 1}). Position {position.number} is still "
             "taken: call wait_turn again, or abandon it so later positions need not wait for it",
+            turn=f"{position.epoch}:{position.number}",
             primitive=PRIMITIVE,
             key=self.key,
         )

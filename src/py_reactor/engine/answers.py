@@ -73,8 +73,9 @@ class Parked:
         attempt: the step's parks so far (contention) or the attempts made (a retry).
         delay: seconds until the timer dispatches it again; None: the configured park delay
             (a release of ``key`` wakes it sooner).
-        limit: a semaphore's slots, and ``bucket`` a busy period claim's bucket (to tell,
-            when the park is written, whether the key is free by then).
+        limit: a semaphore's slots, ``bucket`` a busy period claim's bucket and ``turn`` an
+            ordered position waiting for its turn (``"<epoch>:<number>"``): to tell, when the
+            park is written, whether the key is free (or the turn has come) by then.
     """
 
     step: str | None
@@ -84,6 +85,7 @@ class Parked:
     delay: float | None
     limit: int | None = None
     bucket: str | None = None
+    turn: str | None = None
 
     @property
     def kind(self) -> WaitKind:

@@ -173,6 +173,7 @@ class Parking(Waiter):
         parked = park(run, path, exc.primitive, exc.key, parks, delay, step_level=step is not None)
         parked.limit = getattr(exc, "limit", None)
         parked.bucket = getattr(exc, "bucket", None)
+        parked.turn = getattr(exc, "turn", None)
         return parked
 
     def outage(self, run: Run, step: str | None) -> Parked:

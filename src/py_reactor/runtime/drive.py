@@ -271,7 +271,9 @@ def _settle(
         keyed = stop.primitive is not None and stop.key is not None  # else only the timer wakes
         on = keys.parked(stop.primitive, stop.key) if keyed else None  # (a backoff, the store)
         awaiting = stop.key if stop.primitive == keys.AWAITED else None  # a reader of a unit
-        free_if = keys.free_probe(stop.primitive or "", stop.key or "", stop.limit, stop.bucket)
+        free_if = keys.free_probe(
+            stop.primitive or "", stop.key or "", stop.limit, stop.bucket, stop.turn
+        )
         written = executions.checkpoint(
             execution_id, epoch, text, Status.WAITING, waiting_on=waiting_on, due_in=stop.delay,
             parked_on=on, awaiting=awaiting, free_if=free_if,

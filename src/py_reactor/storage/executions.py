@@ -190,9 +190,9 @@ class ExecutionStore:
             park: count one more park.
             awaiting: parked waiting for that execution to end (a reader of an async unit):
                 due at once if it has ended already.
-            free_if: ``(key, how)`` telling whether the lock or semaphore parked on is free by
-                now (``keys.free_probe``): then it is due at once, since the release that freed
-                it came before this park was written and woke nobody.
+            free_if: ``(key, how)`` telling whether the key parked on is free (or the ordered
+                turn has come) by now (``keys.free_probe``): then it is due at once, since the
+                release that freed it came before this park was written and woke nobody.
 
         A terminal ``status`` wakes the executions parked waiting for this one to end.
         """

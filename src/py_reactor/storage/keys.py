@@ -239,15 +239,23 @@ def correlation(reactor: str, correlation_id: str) -> str:
 
 
 def free_probe(
-    primitive: str, key: str, limit: int | None, bucket: str | None = None
+    primitive: str,
+    key: str,
+    limit: int | None,
+    bucket: str | None = None,
+    turn: str | None = None,
 ) -> tuple[str, str]:
     """``(key, how)`` the checkpoint script reads to tell whether ``key`` of ``primitive`` is
     free now: a lock's hold hash, a semaphore's holders (with its ``limit``), a period's claim
-    on ``bucket``; ``("", "")`` for a primitive it cannot read that way."""
+    on ``bucket``, an ordered lock's state for the position ``turn`` (``"<epoch>:<number>"``:
+    its turn has come, or its batch ended); ``("", "")`` for a primitive it cannot read that
+    way."""
     if primitive == "lock":
         return lock(key).hold, "lock"
     if primitive == "semaphore" and limit is not None:
         return semaphore(key).holders, f"semaphore:{limit}"
     if primitive == "period" and bucket:
         return period_claim(key, bucket), "period"
+    if primitive == "ordered_lock" and turn:
+        return ordered_lock(key).state, f"ordered:{turn}"
     return "", ""

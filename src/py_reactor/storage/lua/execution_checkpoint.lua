@@ -11,11 +11,13 @@
 -- ARGV[8] due in ms (parked: when the timer backstop dispatches it again), "" when not parked;
 -- ARGV[9] "1" to count one more park; ARGV[10] how to read KEYS[8]: "lock" (the lock's hold
 -- hash: free without an owner), "period" (the claim hash of the bucket it met busy: free
--- without an owner) or "semaphore:<limit>" (its holders zset: free with fewer live leases than
--- limit), "" for none
+-- without an owner), "semaphore:<limit>" (its holders zset: free with fewer live leases than
+-- limit) or "ordered:<epoch>:<number>" (the ordered lock's state hash: free once every earlier
+-- position is done, or once that epoch has ended), "" for none
 -- A terminal status wakes everything parked waiting for this execution (KEYS[5]). A park on
 -- an execution that has ended already is due at once (it ended between look and park), and so
--- is a park on a lock, semaphore or period claim that is free by now: it was released between
+-- is a park on a lock, semaphore, period claim or ordered turn that is free by now: it was
+-- released (or the turn passed on) between
 -- the busy answer and this write, when nobody was in its parked list to be woken.
 -- Returns 1 when written, 0 when the epoch moved on (a newer runner owns it: nothing written).
 -- #include _now
@@ -43,6 +45,10 @@ if ARGV[8] ~= '' then
     free = not redis.call('HGET', KEYS[8], 'owner')
   elseif KEYS[8] ~= '' and string.sub(ARGV[10], 1, 10) == 'semaphore:' then
     free = redis.call('ZCOUNT', KEYS[8], '(' .. now, '+inf') < tonumber(string.sub(ARGV[10], 11))
+  elseif KEYS[8] ~= '' and string.sub(ARGV[10], 1, 8) == 'ordered:' then
+    local epoch, number = string.match(ARGV[10], '^ordered:(%d+):(%d+)$')
+    local state = redis.call('HMGET', KEYS[8], 'epoch', 'done')
+    free = state[1] ~= epoch or tonumber(state[2] or '0') + 1 >= tonumber(number)
   end
   if free or (awaited and terminal[awaited]) then
     redis.call('ZADD', KEYS[3], now, ARGV[1])
