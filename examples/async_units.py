@@ -145,10 +145,10 @@ def main() -> None:
     outcome = PublishPhoto.run(photo_id=7, caption="  sunset at the beach ")
     print(f"  => {outcome.status}: {outcome.value}")
     print(f"     trace: {[(entry['type'], entry['step']) for entry in outcome.trace]}")
-    for name, unit in outcome.context.private["async_units"].items():
-        execution = find(unit["id"])
+    for name, unit in outcome.context.units.items():
+        execution = find(unit.id)
         assert execution is not None
-        print(f"     unit {name!r} ({unit['kind']}): {execution.reactor}, {execution.status}")
+        print(f"     unit {name!r} ({unit.kind}): {execution.reactor}, {execution.status}")
 
     print("\n== 2. A unit that wants a lock its own run holds: the dispatch is refused")
     refused = EditPhoto.run(photo_id=8)
@@ -157,7 +157,7 @@ def main() -> None:
     assert isinstance(error, HandoffRefusedError)
     print(f"  => {refused.status} at step {refused.step_name!r}: {type(error).__name__}")
     print(f"     {error.primitive} {error.key!r}, held by {error.holder}")
-    print(f"     dispatched: {dict(refused.context.private['async_units'])} (nothing enqueued)")
+    print(f"     dispatched: {dict(refused.context.units)} (nothing enqueued)")
     print(f"     trace: {[(entry['type'], entry['step']) for entry in refused.trace]}")
     print(f"     message: {error}")
 

@@ -22,6 +22,7 @@ from py_reactor import (
 )
 from py_reactor.engine import Context
 from py_reactor.engine.executor import execute
+from py_reactor.engine.state import BOOKKEEPING
 from py_reactor.errors import SerializationError
 
 #: What the steps of this module did, in order (cleared around every test).
@@ -172,7 +173,7 @@ def _fields(context: Context) -> dict[str, Any]:
         "arguments": context.arguments,
         "completed": context.completed,
         "trace": context.trace,
-        "private": context.private,
+        **{name: getattr(context, name) for name in BOOKKEEPING},
         "children": {name: _fields(child) for name, child in context.children.items()},
     }
 
@@ -191,7 +192,8 @@ def test_completed_composed_run_round_trips_with_equal_fields() -> None:
     outcome = Composed.run(n=3)
     assert outcome.is_success, outcome
     original = outcome.context
-    original.private["note"] = {"k": [1, 2]}
+    original.carried["acme.note"] = {"k": [1, 2]}
+    original.retry_of = "r" * 32
 
     loaded = loads_context(dumps_context(original))
 
@@ -224,11 +226,11 @@ def test_failed_run_with_retries_and_rollback_round_trips_trace_types() -> None:
     ]
 
 
-def test_dumps_writes_schema_version_2_envelope() -> None:
-    """The JSON document is an object with schema_version 2 and the context under 'context'."""
+def test_dumps_writes_schema_version_3_envelope() -> None:
+    """The JSON document is an object with schema_version 3 and the context under 'context'."""
     document = _valid_document()
 
-    assert document["schema_version"] == 2
+    assert document["schema_version"] == 3
     assert set(document) == {"schema_version", "context"}
     assert document["context"]["status"] == "completed"
     assert document["context"]["results"]["label"] == "value=3"
@@ -280,16 +282,16 @@ def test_loads_refuses_a_missing_schema_version() -> None:
         loads_context(json.dumps(document))
 
 
-@pytest.mark.parametrize("version", [1, 3])
+@pytest.mark.parametrize("version", [1, 4])
 def test_loads_refuses_another_schema_version(version: int) -> None:
-    """Another schema_version (the older 1, a newer 3) is refused, naming the version found
-    and the one supported."""
+    """Another schema_version (the older 1, a newer 4) is refused, naming the version found
+    and the ones supported."""
     document = _valid_document()
     document["schema_version"] = version
 
     with pytest.raises(SerializationError, match=f"schema_version {version}") as info:
         loads_context(json.dumps(document))
-    assert "2" in str(info.value).split(f"schema_version {version}", 1)[1]
+    assert "2, 3" in str(info.value).split(f"schema_version {version}", 1)[1]
 
 
 @pytest.mark.parametrize("version", [True, "1", None, [1]])

@@ -487,7 +487,7 @@ def test_a_background_run_continues_the_callers_trace_in_the_thread_worker(
     execution = out.execution_id
     stored = ExecutionStore(current_store()).load(execution)
     assert stored is not None
-    assert "traceparent" in loads_context(stored.context).private[TRACE_CONTEXT_KEY]
+    assert "traceparent" in loads_context(stored.context).carried[TRACE_CONTEXT_KEY]
     dispatch = spans.one("dispatch Whole", execution)
     assert dispatch.kind is SpanKind.PRODUCER
     assert parent_of(dispatch) == caller.get_span_context().span_id

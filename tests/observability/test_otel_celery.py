@@ -138,10 +138,10 @@ def worker_spans(raw: redis.Redis, execution_id: str, worker: OtelWorker) -> lis
         raise AssertionError(f"{exc}; the worker's log:\n{worker.output()}") from None
 
 
-def stored_private(execution_id: str) -> dict[str, Any]:
+def stored_carried(execution_id: str) -> dict[str, Any]:
     stored = ExecutionStore(current_store()).load(execution_id)
     assert stored is not None
-    return loads_context(stored.context).private
+    return loads_context(stored.context).carried
 
 
 def test_the_worker_process_continues_the_callers_trace(
@@ -168,7 +168,7 @@ def test_the_worker_process_continues_the_callers_trace(
     assert dispatch.parent.span_id == caller.get_span_context().span_id
     assert hex_trace(dispatch) == trace_hex
     assert (dispatch.attributes or {}).get("py_reactor.worker") == "celery"
-    carrier = stored_private(execution)[TRACE_CONTEXT_KEY]
+    carrier = stored_carried(execution)[TRACE_CONTEXT_KEY]
     _version, stored_trace, stored_parent, _flags = carrier["traceparent"].split("-")
     assert (stored_trace, stored_parent) == (trace_hex, hex_span(dispatch))
 
@@ -201,7 +201,7 @@ def test_a_run_dispatched_without_the_middleware_is_a_new_trace_in_the_worker(
     assert done.is_success, done
     assert done.value == 30
     execution = out.execution_id
-    assert TRACE_CONTEXT_KEY not in stored_private(execution)
+    assert TRACE_CONTEXT_KEY not in stored_carried(execution)
 
     theirs = worker_spans(raw, execution, otel_worker)
     assert [s["name"] for s in theirs] == [*STEPS, "reactor Traced"]

@@ -131,7 +131,7 @@ def test_each_element_is_an_execution_of_its_own_and_the_values_keep_element_ord
         assert element.status == "completed"
         assert element.reactor == "tests.runtime._map_fan_out_reactors:ChargeOne"
         assert outcome.context.children[f"charges[{i}]"].execution_id == execution_id
-    assert "map_fan_out" not in outcome.context.private  # bookkeeping dropped once it ended
+    assert not outcome.context.fan_out  # bookkeeping dropped once it ended
 
 
 def test_collect_runs_every_element_and_reports_failures_by_index(key: str) -> None:
@@ -402,7 +402,7 @@ def test_a_caller_waiting_too_long_for_an_element_fails_the_step_naming_the_opti
     failed = [e["step"] for e in outcome.trace if e["type"] == "failed"]
     assert failed == ["charges"]
     assert dispatches.failed == ["charges"]  # and told to middleware once
-    assert "map_fan_out" not in outcome.context.private
+    assert not outcome.context.fan_out
     until(lambda: status(element) == "completed", "the element went on and ended")
 
 

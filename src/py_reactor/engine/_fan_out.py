@@ -10,12 +10,12 @@ still in flight, through the same wait a reader of an async unit does: in the ca
 wait (``async_wait_timeout``); in a worker a short grace, then it *parks* on that element
 (primitive ``"async_unit"``), giving the thread back, and the element's end wakes it.
 
-What was dispatched and what ended lives in ``context.private["map_fan_out"][<step>]``, so a
-run that parked and resumes (possibly in another process) neither dispatches an element again
-nor loses one: ``sent`` elements ``[0, sent)`` were dispatched, those below ``low`` have ended
-(a completed one's context is in ``context.children["<step>[<i>]"]``, as the in-process map
-keeps it, so rollback undoes it highest index first; a failed one compensated itself in its
-own job, and only its error text is kept).
+What was dispatched and what ended lives in the run's ``context.fan_out[<step>]`` (a
+``FanOutWindow``), so a run that parked and resumes (possibly in another process) neither
+dispatches an element again nor loses one: elements ``[0, sent)`` were dispatched, those below
+``low`` have ended (a completed one's context is in ``context.children["<step>[<i>]"]``, as the
+in-process map keeps it, so rollback undoes it highest index first; a failed one compensated
+itself in its own job, and only its error text is kept).
 """
 
 from __future__ import annotations
@@ -32,15 +32,15 @@ from py_reactor.dsl.registry import class_path
 from py_reactor.dsl.signals import Failure, Halt, Success
 from py_reactor.engine.answers import Parked, StepFailure
 from py_reactor.engine.async_units import (
-    WAITS,
     _exclusive,
     _exclusive_keys,
     _wait,
     unit_id,
 )
 from py_reactor.engine.context import Context, element_key
-from py_reactor.engine.results import RollbackFailure, nested_failure
+from py_reactor.engine.results import nested_failure
 from py_reactor.engine.run import Run
+from py_reactor.engine.state import FanOutStop, FanOutWindow, UnitOrigin
 from py_reactor.errors import (
     ArgumentResolutionError,
     CoordinationError,
@@ -50,18 +50,11 @@ from py_reactor.errors import (
     ReactorError,
 )
 from py_reactor.observability import events as ev
-from py_reactor.observability.propagation import UNIT_OF
 
 if TYPE_CHECKING:
     from py_reactor.engine.results import Outcome
 
-__all__ = ["STATE", "FanOut", "element_id"]
-
-#: ``context.private`` of a run, while a fanned-out map step is in progress (dropped once it
-#: ended): ``{map step: {"count": elements, "sent": dispatched so far (index order), "low":
-#: every element below it has ended, "failed": {index: error text}, "stop": why no more are
-#: dispatched or None, "rollback_failures": the failed elements' own}}``.
-STATE = "map_fan_out"
+__all__ = ["FanOut", "element_id"]
 
 
 def element_id(context: Context, key: str) -> str:
@@ -103,81 +96,74 @@ class FanOut:
         """Dispatch and wait for the elements until all ended (or one stopped the step); a
         :class:`Parked` when the run parks on the oldest element in flight (in a worker)."""
         context = self.run.context
-        states: dict[str, dict[str, Any]] = context.private.setdefault(STATE, {})
-        state = states.get(self.name)
+        state = context.fan_out.get(self.name)
         count = len(self.elements)
         if state is None:
             refused = self._before_any_dispatch()
             if refused is not None:
                 self._forget()
                 return Failure(refused, retryable=False)
-            state = {"count": count, "sent": 0, "low": 0, "failed": {}, "stop": None}
-            states[self.name] = state
-        elif state["count"] != count:
+            state = context.fan_out[self.name] = FanOutWindow(count=count)
+        elif state.count != count:
             self._forget()
-            return Failure(self._changed(state["count"], count), retryable=False)
+            return Failure(self._changed(state.count, count), retryable=False)
         backend = self.run.units
         batch = self.decl.batch_size
         while True:
-            while state["low"] < state["sent"]:  # the front of the window, without waiting
-                ended = backend.wait(self._id(state["low"]), 0)
+            while state.low < state.sent:  # the front of the window, without waiting
+                ended = backend.wait(self._id(state.low), 0)
                 if ended is None:
                     break
                 self._settle(state, ended)
-            while state["stop"] is None and state["sent"] < count:
-                if state["sent"] - state["low"] >= batch:
+            while state.stop is None and state.sent < count:
+                if state.sent - state.low >= batch:
                     break  # the window is full: wait for its oldest element below
                 self._dispatch(state)
-            if state["low"] == state["sent"] and (
-                state["sent"] == count or state["stop"] is not None
-            ):
+            if state.low == state.sent and (state.sent == count or state.stop is not None):
                 return self._finish(state)
-            index = state["low"]
+            index = state.low
             key = self._key(index)
             ended = _wait(self.run, key, self._id(index), self.name, True, report=False)
             if isinstance(ended, Parked):
                 return ended
             if isinstance(ended, StepFailure):  # waited (or parked) too long for the element
-                waits = context.private.get(WAITS)
-                if waits is not None:
-                    waits.pop(key, None)
-                    if not waits:
-                        context.private.pop(WAITS, None)
+                context.unit_waits.pop(key, None)
                 self._forget()
-                self.run.rollback_failures.extend(state.get("rollback_failures", []))
+                self.run.rollback_failures.extend(state.rollback_failures)
                 return Failure(ended.error, retryable=False)
             self._settle(state, ended)
 
-    def _settle(self, state: dict[str, Any], ended: Outcome) -> None:
+    def _settle(self, state: FanOutWindow, ended: Outcome) -> None:
         """Take the oldest element in flight's outcome into the run (it has ended)."""
-        index = state["low"]
+        index = state.low
         key = self._key(index)
         if ended.status == "completed":
             self.run.context.children[key] = ended.context  # undone with the run's rollback
         elif ended.status == "halted":
-            if state["stop"] is None:
+            if state.stop is None:
                 reason = str(getattr(ended, "reason", "halted"))
-                state["stop"] = {"index": index, "how": "halted", "reason": reason}
+                state.stop = FanOutStop(index=index, how="halted", reason=reason)
         else:  # failed, aborted, cancelled: it compensated itself (or never ran) in its job
-            state["failed"][str(index)] = str(ended.error)
-            kept = state.setdefault("rollback_failures", [])  # reported when the step ends
-            kept.extend(nested_failure(key, f) for f in getattr(ended, "rollback_failures", ()))
-            if self.decl.mode != "collect" and state["stop"] is None:
-                state["stop"] = {"index": index, "how": "failed"}
+            state.failed[index] = str(ended.error)
+            state.rollback_failures.extend(  # reported when the step ends
+                nested_failure(key, f) for f in getattr(ended, "rollback_failures", ())
+            )
+            if self.decl.mode != "collect" and state.stop is None:
+                state.stop = FanOutStop(index=index, how="failed")
                 self._failure = ended
-        state["low"] = index + 1
+        state.low = index + 1
 
-    def _dispatch(self, state: dict[str, Any]) -> None:
+    def _dispatch(self, state: FanOutWindow) -> None:
         """Dispatch the next element in index order (or stop the step if it cannot be sent)."""
         run, context = self.run, self.run.context
-        index = state["sent"]
+        index = state.sent
         key = self._key(index)
         started = time.time()
         child_cls: type[Reactor] = self.decl.target
         try:
             inputs = self.inputs_of(self.elements[index])
         except ArgumentResolutionError as exc:  # resolved before anything was dispatched
-            state["stop"] = {"index": index, "how": "refused", "error": str(exc)}
+            state.stop = FanOutStop(index=index, how="refused", error=str(exc))
             self._refusal = exc
             return
         element = Context(
@@ -185,51 +171,51 @@ class FanOut:
             inputs=inputs,
             execution_id=self._id(index),
             parent_id=context.execution_id,
+            unit_of=UnitOrigin(
+                reactor=context.reactor,
+                step=self.name,
+                execution=context.execution_id,
+                element=index,
+            ),
         )
-        element.private[UNIT_OF] = {
-            "reactor": context.reactor,
-            "step": self.name,
-            "execution": context.execution_id,
-            "element": index,
-        }
         try:
             self.run.units.dispatch(child_cls, element)
         except ReactorError as exc:  # not stored, not sent: no more elements go out
-            state["stop"] = {"index": index, "how": "refused", "error": str(exc)}
+            state.stop = FanOutStop(index=index, how="refused", error=str(exc))
             self._refusal = exc
             return
-        state["sent"] = index + 1
+        state.sent = index + 1
         run.record("dispatched", key, started, execution_id=element.execution_id)
         run.emit(ev.UnitDispatched, key, unit_execution_id=element.execution_id)
 
-    def _finish(self, state: dict[str, Any]) -> Success | Failure | Halt:
+    def _finish(self, state: FanOutWindow) -> Success | Failure | Halt:
         """Every element dispatched has ended: the step's value, or why it failed or halted."""
         self._forget()
-        kept: list[RollbackFailure] = state.get("rollback_failures", [])
-        self.run.rollback_failures.extend(kept)  # the failed elements' own, kept across parks
-        stop = state["stop"]
-        if stop is not None and stop["how"] == "failed":
-            ended = self._failure or self.run.units.wait(self._id(stop["index"]), 0)
+        # the failed elements' own, kept across parks
+        self.run.rollback_failures.extend(state.rollback_failures)
+        stop = state.stop
+        if stop is not None and stop.how == "failed":
+            ended = self._failure or self.run.units.wait(self._id(stop.index), 0)
             if ended is None:  # pragma: no cover - it ended when it was settled
-                return Failure(state["failed"][str(stop["index"])], retryable=False)
+                return Failure(state.failed[stop.index], retryable=False)
             self.child = ended
             return Failure(ended.error, retryable=False)
-        if stop is not None and stop["how"] == "halted":
-            return Halt(stop["reason"])
+        if stop is not None and stop.how == "halted":
+            return Halt(stop.reason or "halted")
         if stop is not None:  # a dispatch was refused: the elements sent before it ended
-            return Failure(self._refusal or DispatchError(stop["error"]), retryable=False)
+            return Failure(self._refusal or DispatchError(stop.error or ""), retryable=False)
         child_cls: type[Reactor] = self.decl.target
         returns = child_cls.returns
         done: dict[int, Any] = {}
         failed: dict[int, str] = {}
-        for index in range(state["count"]):
-            text = state["failed"].get(str(index))
+        for index in range(state.count):
+            text = state.failed.get(index)
             if text is not None:
                 failed[index] = text
                 continue
             child = self.run.context.children.get(self._key(index))
             done[index] = child.results.get(returns) if child is not None and returns else None
-        ordered = [done.get(i) for i in range(state["count"])]
+        ordered = [done.get(i) for i in range(state.count)]
         if self.decl.mode != "collect":
             return Success(ordered)
 
@@ -321,12 +307,7 @@ class FanOut:
 
     def _forget(self) -> None:
         """Drop this step's bookkeeping (it ended, or failed before dispatching anything)."""
-        private = self.run.context.private
-        states = private.get(STATE)
-        if states is not None:
-            states.pop(self.name, None)
-            if not states:
-                private.pop(STATE, None)
+        self.run.context.fan_out.pop(self.name, None)
 
     def _changed(self, before: int, now: int) -> ArgumentResolutionError:
         return ArgumentResolutionError(

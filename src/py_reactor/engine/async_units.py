@@ -3,7 +3,7 @@ wait for one whose result a step reads.
 
 A unit is an execution of its own (its own id, which is also the owner of what it holds), so
 the coordination it declares is taken where its work runs. The dispatching run records the
-unit's id in its context (``private["async_units"]``) and goes on. A step that reads the unit's
+unit's id in its context (``context.units``) and goes on. A step that reads the unit's
 ``Result`` (or waits for it) waits for that execution to end: in the caller for up to
 ``async_wait_timeout``; in a worker for a short grace, then by parking (woken when the unit
 ends), for up to ``async_park_timeout`` in all. A unit that was read is then tracked like a
@@ -30,6 +30,7 @@ from py_reactor.engine.context import Context
 from py_reactor.engine.refusals import contended, refused
 from py_reactor.engine.resolve import read_source, resolve_arguments
 from py_reactor.engine.run import Run, error_text
+from py_reactor.engine.state import UnitOrigin, UnitRef, UnitWait
 from py_reactor.engine.waiter import backstop, park
 from py_reactor.errors import (
     ArgumentResolutionError,
@@ -40,16 +41,12 @@ from py_reactor.errors import (
     ReactorError,
 )
 from py_reactor.observability import events as ev
-from py_reactor.observability.propagation import UNIT_OF
 
 if TYPE_CHECKING:
     from py_reactor.engine.results import Outcome
 
 __all__ = [
     "AWAITED",
-    "DEFERRED",
-    "UNITS",
-    "UNIT_OF",
     "Sent",
     "await_inputs",
     "await_units",
@@ -58,12 +55,6 @@ __all__ = [
 
 logger = logging.getLogger("py_reactor")
 
-#: ``context.private`` of a run: ``{unit step: {"id": execution id, "kind": "step"|"reactor"}}``.
-UNITS = "async_units"
-#: ``context.private`` of a run in a worker: ``{unit: [first wait (wall clock), parks]}``.
-WAITS = "async_waits"
-#: ``context.private`` of a unit: its inputs that read other units' results, ``{input: id}``.
-DEFERRED = "deferred_inputs"
 #: What a reader parks on (the key is the unit's execution id; its end wakes the reader).
 AWAITED = "async_unit"
 #: A reader in a worker waits this long for a unit before it parks.
@@ -92,9 +83,9 @@ def dispatch_unit(run: Run, cls: type[Reactor], plan: StepPlan) -> Any:
     """
     name, decl, context = plan.name, plan.declaration, run.context
     started = time.time()
-    units: dict[str, dict[str, str]] = context.private.setdefault(UNITS, {})
+    units = context.units
     if name in units:  # dispatched before this run parked: never twice
-        return Sent(units[name]["id"])
+        return Sent(units[name].id)
     deferred: dict[str, str] = {}
     for arg, source in plan.arguments:
         if (
@@ -102,9 +93,9 @@ def dispatch_unit(run: Run, cls: type[Reactor], plan: StepPlan) -> Any:
             and source.step in units
             and source.step not in context.results
         ):
-            ended = run.units.wait(units[source.step]["id"], 0)
+            ended = run.units.wait(units[source.step].id, 0)
             if ended is None:
-                deferred[arg] = units[source.step]["id"]
+                deferred[arg] = units[source.step].id
                 continue
             settled = take(run, source.step, ended)
             if settled is not None:
@@ -141,20 +132,16 @@ def dispatch_unit(run: Run, cls: type[Reactor], plan: StepPlan) -> Any:
         inputs=dict(values),
         execution_id=unit_id(context, name),
         parent_id=context.execution_id,
+        deferred=deferred,
+        unit_of=UnitOrigin(reactor=class_path(cls), step=name, execution=context.execution_id),
     )
-    unit.private[UNIT_OF] = {
-        "reactor": class_path(cls),
-        "step": name,
-        "execution": context.execution_id,
-    }
-    if deferred:
-        unit.private[DEFERRED] = deferred
     try:
         run.units.dispatch(unit_cls, unit)
     except ReactorError as exc:  # not stored, not sent: the run fails here
         return refused(run, name, exc, values, started)
-    kind = "reactor" if decl.kind is StepKind.REACTOR else "step"
-    units[name] = {"id": unit.execution_id, "kind": kind}
+    units[name] = UnitRef(
+        id=unit.execution_id, kind="reactor" if decl.kind is StepKind.REACTOR else "step"
+    )
     run.record("dispatched", name, started, execution_id=unit.execution_id, arguments=values)
     run.emit(ev.UnitDispatched, name, unit_execution_id=unit.execution_id)
     return Sent(unit.execution_id)
@@ -276,13 +263,13 @@ def await_units(run: Run, names: tuple[str, ...], reader: str | None) -> Any:
 
     ``reader``: the step that reads them (None: the reactor's ``returns``).
     """
-    units = run.context.private.get(UNITS)
+    units = run.context.units
     if not units:
         return None
     for name in names:
         if name in run.context.results or name not in units:
             continue
-        outcome = _wait(run, name, units[name]["id"], reader or name, reader is not None)
+        outcome = _wait(run, name, units[name].id, reader or name, reader is not None)
         if not _is_outcome(outcome):
             return outcome
         settled = take(run, name, outcome)
@@ -296,29 +283,29 @@ def take(run: Run, name: str, outcome: Outcome) -> Any:
     is now the step's result, and the unit is tracked for undo), else the failure or halt the
     reading step becomes."""
     context = run.context
-    entry = context.private[UNITS][name]
+    entry = context.units[name]
     started = time.time()
     if outcome.status == "completed":
         unit = outcome.context
         context.results[name] = outcome.value
-        if entry.get("kind") == "reactor":
+        if entry.kind == "reactor":
             context.arguments[name] = dict(unit.inputs)
             context.children[name] = unit  # its completed steps are undone with this run
         else:
             context.arguments[name] = dict(unit.arguments.get(name, unit.inputs))
         context.completed.append(name)
-        run.record("run", name, started, execution_id=entry["id"], result=outcome.value)
+        run.record("run", name, started, execution_id=entry.id, result=outcome.value)
         return None
     if outcome.status == "halted":
         reason = str(getattr(outcome, "reason", "halted"))
-        run.record("halted", name, started, execution_id=entry["id"], reason=reason)
+        run.record("halted", name, started, execution_id=entry.id, reason=reason)
         return Halted(reason)
     error = outcome.error
     run.record(
         "failed",
         name,
         started,
-        execution_id=entry["id"],
+        execution_id=entry.id,
         error=error_text(error),
         asynchronous=True,
     )
@@ -335,11 +322,11 @@ def take(run: Run, name: str, outcome: Outcome) -> Any:
 
 
 def await_inputs(run: Run) -> Any:
-    """Fill in the inputs of a unit that read other units' results (``DEFERRED``): None when
+    """Fill in the inputs of a unit that read other units' results (``deferred``): None when
     all are known, else a :class:`Parked` (in a worker) or the run's failure."""
     context = run.context
-    deferred: dict[str, str] = context.private.get(DEFERRED) or {}
-    origin = context.private.get(UNIT_OF) or {}
+    deferred = context.deferred
+    origin = context.unit_of
     for arg, execution_id in sorted(deferred.items()):
         outcome = _wait(run, f"input {arg!r}", execution_id, None, False)
         if not _is_outcome(outcome):
@@ -349,7 +336,7 @@ def await_inputs(run: Run) -> Any:
             why = (
                 f"the unit it reads ended {outcome.status}: {error_text(outcome.error)}"
                 if outcome.status != "completed"
-                else f"{origin.get('reactor')} no longer wires it to a Result"
+                else f"{origin.reactor if origin else None} no longer wires it to a Result"
             )
             error = ArgumentResolutionError(
                 f"reactor {run.reactor_name}: input {arg!r} of this async unit reads the result "
@@ -362,14 +349,13 @@ def await_inputs(run: Run) -> Any:
         except ArgumentResolutionError as exc:
             return StepFailure(None, exc, retryable=False, work_started=False)
         del deferred[arg]
-    context.private.pop(DEFERRED, None)
     return None
 
 
-def _source_of(origin: dict[str, Any], arg: str) -> tuple[Any, str]:
+def _source_of(origin: UnitOrigin | None, arg: str) -> tuple[Any, str]:
     """The ``Result`` source the dispatching reactor wired ``arg`` of this unit to."""
-    step = str(origin.get("step", ""))
-    declaring = lookup(str(origin.get("reactor", "")))
+    step = origin.step if origin is not None else ""
+    declaring = lookup(origin.reactor) if origin is not None else None
     if declaring is None or not issubclass(declaring, Reactor):
         return None, step
     plan = declaring.__py_reactor_plan__.get(step)
@@ -400,21 +386,20 @@ def _wait(
                 run, name, execution_id, label, config.async_wait_timeout, "wait", report
             )
         return outcome
-    waits: dict[str, list[float]] = run.context.private.setdefault(WAITS, {})
+    waits = run.context.unit_waits
     outcome = run.units.wait(execution_id, GRACE)
     if outcome is not None:
         waits.pop(name, None)
-        if not waits:
-            run.context.private.pop(WAITS, None)
         return outcome
-    first, parks = waits.setdefault(name, [time.time(), 0])
-    left = first + config.async_park_timeout - time.time()
+    waited = waits.setdefault(name, UnitWait(since=time.time(), parks=0))
+    left = waited.since + config.async_park_timeout - time.time()
     if left <= 0:
         return _timed_out(run, name, execution_id, label, config.async_park_timeout, "park", report)
-    waits[name] = [first, parks + 1]
+    parks = waited.parks
+    waits[name] = UnitWait(since=waited.since, parks=parks + 1)
     path = (waiter.prefix.rstrip(".") or None) if label is None else waiter.prefix + label
     return park(
-        run, path, AWAITED, execution_id, int(parks) + 1, min(left, backstop(None)),
+        run, path, AWAITED, execution_id, parks + 1, min(left, backstop(None)),
         step_level=step_level,
     )  # fmt: skip
 

@@ -1,4 +1,4 @@
-"""The state of one execution, everything a resume needs: inputs, results, trace, private data.
+"""The state of one execution, everything a resume needs: inputs, results, trace, bookkeeping.
 
 The executor reads and writes only this object, so an execution can stop in one process and
 carry on in another from its JSON form (see ``engine.serializer``).
@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import uuid
+import warnings
 from collections.abc import Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -16,6 +17,14 @@ from typing import Any
 
 from py_reactor.coordination.holds import Ledger
 from py_reactor.coordination.owner import bind_owner, running_owner, unbind_owner
+from py_reactor.engine.state import (
+    FanOutWindow,
+    InterruptPause,
+    UnitOrigin,
+    UnitRef,
+    UnitWait,
+    legacy_private,
+)
 from py_reactor.states import Status
 
 __all__ = ["Context", "Status", "element_key", "new_id", "running", "running_context"]
@@ -73,7 +82,6 @@ class Context:
         arguments: the validated arguments each finished step ran with (what undo needs).
         completed: names of steps that succeeded and can be undone, oldest first.
         trace: one entry per thing that happened (run, skip, retry, failure, compensate, undo).
-        private: bookkeeping for the library's own features; JSON-serializable.
         children: contexts of composed child reactors, by step name.
         holds: the ledger of what the execution tree holds (one per tree: a child shares its
             root's), as records a process that loads this context can extend, adopt or release.
@@ -81,6 +89,20 @@ class Context:
         parks: how many times this execution parked on contention, in all.
         step_parks: parks on contention per dotted step path (``""``: the root reactor's own
             coordination) since that step last got in; ``park_max_attempts`` caps each.
+
+    Bookkeeping of the library's features (``engine.state``; kept for a resume):
+        units: the async units this run dispatched, by step name.
+        unit_waits: a worker run's waits on units (and fan-out elements), across its parks.
+        deferred: a unit's inputs that read other units' results, ``{input: execution id}``.
+        unit_of: where this unit (or fanned-out map element) was dispatched from, else None.
+        interrupts: the interrupts reached and not yet resumed, by dotted step path.
+        resumed: the payloads resumes brought, by step path, taken when the step is reached.
+        paused_at: the step path the run is paused at now, else None.
+        fan_out: the windows of fanned-out map steps in progress, by step name.
+        map_error: the error text of a map element that failed in a ``collect`` map.
+        retry_of: the execution this one retries (``Reactor.retry``), else None.
+        carried: what middleware stores with a dispatched or parked execution (the trace
+            context, say): JSON-safe, keys namespaced by the middleware (``"otel.…"``).
     """
 
     reactor: str
@@ -93,16 +115,54 @@ class Context:
     arguments: dict[str, dict[str, Any]] = field(default_factory=dict)
     completed: list[str] = field(default_factory=list)
     trace: list[dict[str, Any]] = field(default_factory=list)
-    private: dict[str, Any] = field(default_factory=dict)
     children: dict[str, Context] = field(default_factory=dict)
     holds: Ledger = field(default_factory=Ledger)
     attempts: dict[str, int] = field(default_factory=dict)
     parks: int = 0
     step_parks: dict[str, int] = field(default_factory=dict)
+    units: dict[str, UnitRef] = field(default_factory=dict)
+    unit_waits: dict[str, UnitWait] = field(default_factory=dict)
+    deferred: dict[str, str] = field(default_factory=dict)
+    unit_of: UnitOrigin | None = None
+    interrupts: dict[str, InterruptPause] = field(default_factory=dict)
+    resumed: dict[str, Any] = field(default_factory=dict)
+    paused_at: str | None = None
+    fan_out: dict[str, FanOutWindow] = field(default_factory=dict)
+    map_error: str | None = None
+    retry_of: str | None = None
+    carried: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.root_id:
             self.root_id = self.execution_id
+
+    @property
+    def private(self) -> dict[str, Any]:
+        """Deprecated: the bookkeeping fields in the shape of the old ``private`` dict.
+
+        A read-only copy (``{"async_units": {name: {"id", "kind"}}, ...}``, what ``carried``
+        holds at the top level); read the typed fields instead (``context.units[name].id``).
+        """
+        warnings.warn(
+            "Context.private is deprecated: read the typed fields instead (context.units, "
+            "unit_waits, deferred, unit_of, interrupts, resumed, paused_at, fan_out, map_error, "
+            "retry_of, carried); it is a read-only copy",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return legacy_private(
+            units=self.units,
+            unit_waits=self.unit_waits,
+            deferred=self.deferred,
+            unit_of=self.unit_of,
+            interrupts=self.interrupts,
+            resumed=self.resumed,
+            paused_at=self.paused_at,
+            fan_out=self.fan_out,
+            map_error=self.map_error,
+            retry_of=self.retry_of,
+            carried=self.carried,
+        )
 
     @property
     def held_keys(self) -> list[str]:

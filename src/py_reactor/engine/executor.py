@@ -17,7 +17,7 @@ from py_reactor.dsl.reactor import Reactor
 from py_reactor.dsl.registry import class_path
 from py_reactor.engine._coordinate import emitter, held_by
 from py_reactor.engine.answers import Parked, StepFailure
-from py_reactor.engine.async_units import DEFERRED, await_inputs
+from py_reactor.engine.async_units import await_inputs
 from py_reactor.engine.context import Context, Status, running, running_context
 from py_reactor.engine.handoff import NO_UNITS, UnitBackend
 from py_reactor.engine.results import (
@@ -43,7 +43,7 @@ def run_reactor(
     inputs: Mapping[str, Any],
     *,
     units: UnitBackend | None = None,
-    private: Mapping[str, Any] | None = None,
+    retry_of: str | None = None,
 ) -> Outcome:
     """Start a new execution of ``cls`` with raw ``inputs`` and run it to its end.
 
@@ -52,12 +52,12 @@ def run_reactor(
     execution that pauses at an interrupt is stored, for a resume from any process (a nested
     run that pauses fails its step instead).
     ``units``: the runtime's backend for async units and stored pauses (a nested run uses
-    its enclosing run's). ``private``: bookkeeping the new context starts with (``retry_of``).
+    its enclosing run's). ``retry_of``: the execution this new one retries (``Reactor.retry``).
     """
     path, raw = class_path(cls), dict(inputs)
     parent = running_context()
     context = Context(reactor=path, inputs=raw) if parent is None else parent.child(path, raw)
-    context.private.update(private or {})
+    context.retry_of = retry_of
     outcome = execute(cls, context, units=units)
     if parent is None and isinstance(outcome, PausedResult):
         (units or NO_UNITS).store_pause(outcome)
@@ -107,7 +107,7 @@ def execute(
         not waiter.parks and context.status is not Status.PAUSED
     ):
         run.emit(ev.ReactorStarted)  # once per execution: not again when a worker resumes it
-    if DEFERRED in context.private:  # an async unit whose inputs read other units' results
+    if context.deferred:  # an async unit whose inputs read other units' results
         waiting = await_inputs(run)
         if isinstance(waiting, Parked):
             return parked(run, waiting)

@@ -2,9 +2,9 @@
 
 The first time a run reaches an interrupt it works out the correlation id (reserving it for
 this execution while it is paused) and the deadline, writes them in the root context
-(``private["interrupts"]``, by step path) and pauses: the executor answers ``PausedResult`` and
+(``root.interrupts``, by step path) and pauses: the executor answers ``PausedResult`` and
 whoever runs it stores the run ``"paused"``. ``Reactor.resume`` puts the validated payload in
-``private["resume"]`` and runs it again; reaching the interrupt then completes the step with the
+``root.resumed`` and runs it again; reaching the interrupt then completes the step with the
 payload. Reaching it again after the deadline (a worker's recovery loop dispatches a paused run
 whose timeout lapsed) fails the step.
 """
@@ -20,17 +20,11 @@ from py_reactor.dsl.interrupt import options_of
 from py_reactor.dsl.reactor import StepPlan
 from py_reactor.engine.answers import Completed, Paused, StepFailure
 from py_reactor.engine.run import Run, error_text
+from py_reactor.engine.state import InterruptPause
 from py_reactor.errors import InterruptError, InterruptTimeoutError
 from py_reactor.observability import events as ev
 
-__all__ = ["PAUSED_AT", "PAUSES", "RESUMED", "reach_interrupt"]
-
-#: ``root.private``: ``{step path: {"correlation_id", "deadline", "at"}}`` of interrupts reached.
-PAUSES = "interrupts"
-#: ``root.private``: ``{step path: payload}`` a resume brought, taken when the step is reached.
-RESUMED = "resume"
-#: ``root.private``: the step path the run is paused at now.
-PAUSED_AT = "paused_at"
+__all__ = ["reach_interrupt"]
 
 
 def reach_interrupt(run: Run, plan: StepPlan) -> Any:
@@ -40,15 +34,10 @@ def reach_interrupt(run: Run, plan: StepPlan) -> Any:
     name, root, context = plan.name, run.root, run.context
     path = run.prefix + name
     started = time.time()
-    resumed: dict[str, Any] = root.private.get(RESUMED) or {}
-    pauses: dict[str, dict[str, Any]] = root.private.setdefault(PAUSES, {})
+    resumed, pauses = root.resumed, root.interrupts
     if path in resumed:
         payload = resumed.pop(path)
-        if not resumed:
-            root.private.pop(RESUMED, None)
         pauses.pop(path, None)
-        if not pauses:
-            root.private.pop(PAUSES, None)
         context.results[name] = payload
         context.arguments[name] = {}
         run.record("resumed", name, started, result=payload)
@@ -80,24 +69,22 @@ def reach_interrupt(run: Run, plan: StepPlan) -> Any:
                     step=name,
                 )
                 return _failed(run, name, error, started)
-        info = {"correlation_id": correlation, "deadline": deadline, "at": started}
+        info = InterruptPause(correlation_id=correlation, deadline=deadline, at=started)
         pauses[path] = info
-    elif info.get("deadline") is not None and time.time() >= float(info["deadline"]):
+    elif info.deadline is not None and time.time() >= info.deadline:
         pauses.pop(path, None)
-        if not pauses:
-            root.private.pop(PAUSES, None)
-        root.private.pop(PAUSED_AT, None)
+        root.paused_at = None
         timeout = options_of(plan.declaration).timeout
         error = InterruptTimeoutError(
             f"reactor {run.reactor_name}, step {name!r}: nobody resumed the run within the "
             f"interrupt's timeout ({timeout:g} s); resume it sooner, or raise timeout=",
-            correlation_id=info.get("correlation_id"),
+            correlation_id=info.correlation_id,
             execution_id=root.execution_id,
             reactor=run.reactor_name,
             step=name,
         )
         return _failed(run, name, error, started)
-    root.private[PAUSED_AT] = path
+    root.paused_at = path
     now = time.time()
     root.trace.append(
         {
@@ -105,17 +92,17 @@ def reach_interrupt(run: Run, plan: StepPlan) -> Any:
             "step": path,
             "started_at": now,
             "finished_at": now,
-            "correlation_id": info["correlation_id"],
-            "deadline": info["deadline"],
+            "correlation_id": info.correlation_id,
+            "deadline": info.deadline,
         }
     )
     run.emit(
         ev.StepPaused,
         path,
-        correlation_id=info["correlation_id"],
-        deadline=info["deadline"] or 0.0,
+        correlation_id=info.correlation_id,
+        deadline=info.deadline or 0.0,
     )
-    return Paused(path, info["correlation_id"], info["deadline"])
+    return Paused(path, info.correlation_id, info.deadline)
 
 
 def _correlation_id(run: Run, plan: StepPlan) -> str | None:

@@ -9,9 +9,10 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import Any, TypedDict
+from typing import Any
 
 from py_reactor.engine.context import Context
+from py_reactor.engine.state import RollbackFailure
 
 #: How a dispatched or paused run's ``wait()`` reaches the store: ``(execution id, timeout)``
 #: to the terminal outcome (given by the runtime that stored the run).
@@ -29,16 +30,6 @@ __all__ = [
     "SuccessResult",
     "nested_failure",
 ]
-
-
-class RollbackFailure(TypedDict):
-    """A compensate or undo that did not succeed during rollback."""
-
-    step: str
-    kind: str  # "compensate" | "undo"
-    key: str | None  # the coordination key involved, if any
-    reason: str  # "returned_failure" | "raised" | "coordination_unavailable"
-    message: str
 
 
 def nested_failure(step: str, failure: RollbackFailure) -> RollbackFailure:

@@ -12,10 +12,11 @@ reactor — starts ready steps as *branches*, at most ``max_branches`` at once, 
 thread that writes the execution's context:
 
 * a branch runs its step against a **branch context** of its own: a copy of what the step reads
-  (inputs, results, arguments, private bookkeeping, the step's own composed children) sharing
+  (inputs, results, arguments, the bookkeeping fields, the step's own composed children) sharing
   the tree's ledger of holds (which is thread-safe). When the branch ends, the scheduler merges
   what it wrote — results, arguments, ``completed`` (appended in the order branches *finish*),
-  trace, children, attempts, private bookkeeping, parks — and checkpoints (in a worker);
+  trace, children, attempts, bookkeeping (units, waits, windows, pauses...), parks — and
+  checkpoints (in a worker);
 * each branch works under an owner of its own, ``"<owner>/<step>"``, so the store keeps two
   siblings on one key apart like two executions, while the reactor's own holds (taken by the
   scheduler under the root id) are still re-entered (see ``coordination.scope``). Siblings that
@@ -52,13 +53,14 @@ from py_reactor.dsl.declaration import StepDeclaration, StepKind
 from py_reactor.dsl.parallel import PARALLEL_ATTRIBUTE
 from py_reactor.dsl.reactor import Reactor, StepPlan
 from py_reactor.engine.answers import Halted, Parked, Paused, StepFailure
-from py_reactor.engine.async_units import UNITS, await_units
+from py_reactor.engine.async_units import await_units
 from py_reactor.engine.compensation import compensate_failed, rollback, undo_child, undo_elements
 from py_reactor.engine.context import Context, Status, running
 from py_reactor.engine.release import release_ledger
 from py_reactor.engine.resolve import resolve_arguments
 from py_reactor.engine.results import DispatchedResult, Outcome, ParkedResult, SuccessResult
 from py_reactor.engine.run import Run
+from py_reactor.engine.state import BOOKKEEPING
 from py_reactor.engine.stepping import after_step, check_storable, fail, run_one
 from py_reactor.observability import events as ev
 
@@ -97,7 +99,7 @@ class _Base:
     arguments: dict[str, Any]
     completed: int
     trace: int
-    private: dict[str, Any]
+    books: dict[str, Any]  # the bookkeeping fields (``BOOKKEEPING``), deep copies
     children: dict[str, Context]
     attempts: dict[str, int]
     parks: int
@@ -207,9 +209,7 @@ class _Walk:
         unit already dispatched (its readers wait for it)."""
         if name in self.context.results:
             return True
-        return self.plan[name].declaration.asynchronous and name in (
-            self.context.private.get(UNITS) or {}
-        )
+        return self.plan[name].declaration.asynchronous and name in self.context.units
 
     def _branches_hold(self) -> bool:
         """Whether a running branch holds a key now (its own, or inside the reactor's).
@@ -293,14 +293,14 @@ class _Walk:
             if name not in main.completed:  # two readers may take one async unit
                 main.completed.append(name)
         main.trace.extend(mine.trace[base.trace :])
-        _merge_nested(main.private, base.private, mine.private)
+        _merge_books(main, base.books, mine)
         _merge_flat(main.attempts, base.attempts, mine.attempts)
         main.parks += mine.parks - base.parks
         _merge_flat(main.step_parks, base.step_parks, mine.step_parks)
         if branch.root is not None and branch.root_base is not None:
             root, root_base = self.run.root, branch.root_base
             root.trace.extend(branch.root.trace[root_base.trace :])
-            _merge_nested(root.private, root_base.private, branch.root.private)
+            _merge_books(root, root_base.books, branch.root)
             root.parks += branch.root.parks - root_base.parks
             _merge_flat(root.step_parks, root_base.step_parks, branch.root.step_parks)
         self.run.rollback_failures.extend(branch.run.rollback_failures)
@@ -461,19 +461,19 @@ def _fork(context: Context, step: str | None) -> tuple[Context, _Base]:
         arguments=dict(context.arguments),
         completed=list(context.completed),
         trace=list(context.trace),
-        private=copy.deepcopy(context.private),
         children=children,
         holds=context.holds,
         attempts=dict(context.attempts),
         parks=context.parks,
         step_parks=dict(context.step_parks),
+        **_books(context),
     )
     base = _Base(
         results=dict(context.results),
         arguments=dict(context.arguments),
         completed=len(context.completed),
         trace=len(context.trace),
-        private=copy.deepcopy(context.private),
+        books=_books(context),
         children=dict(context.children),  # the originals: a copied child is always merged
         attempts=dict(context.attempts),
         parks=context.parks,
@@ -496,9 +496,9 @@ def _clone(context: Context) -> Context:
         arguments=dict(context.arguments),
         completed=list(context.completed),
         trace=list(context.trace),
-        private=copy.deepcopy(context.private),
         children={key: _clone(child) for key, child in context.children.items()},
         attempts=dict(context.attempts),
+        **_books(context),
     )
 
 
@@ -508,6 +508,26 @@ def _tree(context: Context) -> list[Context]:
     for child in context.children.values():
         found.extend(_tree(child))
     return found
+
+
+def _books(context: Context) -> dict[str, Any]:
+    """Deep copies of ``context``'s bookkeeping fields, by name (a branch writes its own)."""
+    return {name: copy.deepcopy(getattr(context, name)) for name in BOOKKEEPING}
+
+
+def _merge_books(target: Context, base: Mapping[str, Any], branch: Context) -> None:
+    """Apply to ``target``'s bookkeeping what ``branch`` changed since ``base``: entry by entry
+    in a mapping (two branches that each dispatch a unit, or each reach an interrupt, keep
+    both); a scalar field (``paused_at``, ``unit_of``...) replaced when the branch changed it.
+    ``carried`` is the middleware's: its mapping values are merged one level further down."""
+    for name in BOOKKEEPING:
+        old, new = base[name], getattr(branch, name)
+        if name == "carried":
+            _merge_nested(target.carried, old, new)
+        elif isinstance(new, dict):
+            _merge_flat(getattr(target, name), old, new)
+        elif old != new:
+            setattr(target, name, copy.deepcopy(new))
 
 
 def _merge_identity(target: dict[str, Any], base: dict[str, Any], branch: dict[str, Any]) -> None:
@@ -532,8 +552,8 @@ def _merge_flat(target: dict[str, Any], base: dict[str, Any], branch: dict[str, 
 
 
 def _merge_nested(target: dict[str, Any], base: dict[str, Any], branch: dict[str, Any]) -> None:
-    """``_merge_flat`` one level down for mappings (``private["async_units"]`` is one entry
-    per unit: two branches that each add one keep both). A mapping left empty is dropped."""
+    """``_merge_flat`` one level down for mappings (a middleware's entry of ``carried`` may be
+    a mapping two branches each add to: both are kept). A mapping left empty is dropped."""
     for key in base.keys() | branch.keys():
         old, new, now = base.get(key, _MISSING), branch.get(key, _MISSING), target.get(key)
         if old == new:

@@ -12,7 +12,7 @@ the lifecycle events of every execution into spans on the application's tracer p
     └── dispatch Checkout.notify          (an async unit handed to a worker)
 
 A run handed to a worker continues the caller's trace: the dispatch span's context is stored
-with the execution (``context.private``), and the worker's ``reactor`` span is its child, in
+with the execution (``context.carried``), and the worker's ``reactor`` span is its child, in
 another thread or another process alike. A park ends the worker's span (``park`` span,
 ``py_reactor.parked``); the run that resumes it is a new ``reactor`` span in the same trace,
 linked to the park, with ``py_reactor.waited_ms``.
@@ -46,7 +46,7 @@ from py_reactor.config import get_config
 from py_reactor.errors import CoordinationError, StaleExecution
 from py_reactor.observability import events as ev
 from py_reactor.observability.middleware import Middleware
-from py_reactor.observability.propagation import UNIT_OF, HandoffHooks, qualname_of, wake_of
+from py_reactor.observability.propagation import HandoffHooks, qualname_of, wake_of
 from py_reactor.states import Status as ExecutionStatus  # Status is OpenTelemetry's here
 from py_reactor.version import __version__
 
@@ -55,10 +55,10 @@ if TYPE_CHECKING:
 
 __all__ = ["PARK_LINK_KEY", "TRACE_CONTEXT_KEY", "OpenTelemetryMiddleware"]
 
-#: ``context.private`` of a dispatched execution: the W3C trace context of its dispatch span.
-TRACE_CONTEXT_KEY = "trace_context"
-#: ``context.private`` of a parked execution: the trace context of its last park span.
-PARK_LINK_KEY = "trace_park"
+#: ``context.carried`` of a dispatched execution: the W3C trace context of its dispatch span.
+TRACE_CONTEXT_KEY = "otel.trace_context"
+#: ``context.carried`` of a parked execution: the trace context of its last park span.
+PARK_LINK_KEY = "otel.trace_park"
 
 _sequence = itertools.count()
 
@@ -587,17 +587,16 @@ class OpenTelemetryMiddleware(Middleware, HandoffHooks):
         A background run's dispatch ends the caller's spans of it (``py_reactor.dispatched``);
         an async unit's dispatch span ends with ``UnitDispatched`` (or the step's failure).
         """
-        origin = context.private.get(UNIT_OF)
+        origin = context.unit_of
         target = qualname_of(context.reactor)
         attributes: dict[str, Any] = {
             "py_reactor.dispatch.execution_id": context.execution_id,
             "py_reactor.dispatch.reactor": target,
             "py_reactor.worker": get_config().worker,
         }
-        if isinstance(origin, dict):  # an async unit: the span belongs to its dispatcher
-            owner = str(origin.get("execution"))
-            step = str(origin.get("step"))
-            reactor = qualname_of(str(origin.get("reactor", "")))
+        if origin is not None:  # an async unit: the span belongs to its dispatcher
+            owner, step = origin.execution, origin.step
+            reactor = qualname_of(origin.reactor)
             attributes.update(
                 {
                     "py_reactor.execution_id": owner,
@@ -625,8 +624,8 @@ class OpenTelemetryMiddleware(Middleware, HandoffHooks):
             )  # fmt: skip
         carrier: dict[str, str] = {}
         propagate.inject(carrier, context=trace.set_span_in_context(frame.span))
-        context.private[TRACE_CONTEXT_KEY] = carrier
-        if not isinstance(origin, dict):
+        context.carried[TRACE_CONTEXT_KEY] = carrier
+        if origin is None:
             self._end(frame)
             self._end_all(context.execution_id, **{"py_reactor.dispatched": True})
 
@@ -634,10 +633,10 @@ class OpenTelemetryMiddleware(Middleware, HandoffHooks):
         """Open the worker run's ``reactor`` span, a child of the stored dispatch span."""
         execution_id = context.execution_id
         self._end_all(execution_id)  # left over from a run that never reported its end
-        carrier = context.private.get(TRACE_CONTEXT_KEY)
+        carrier = context.carried.get(TRACE_CONTEXT_KEY)
         parent = propagate.extract(carrier) if isinstance(carrier, dict) else None
         links: list[Link] = []
-        park = context.private.pop(PARK_LINK_KEY, None)
+        park = context.carried.pop(PARK_LINK_KEY, None)
         if isinstance(park, dict):
             parked = trace.get_current_span(propagate.extract(park)).get_span_context()
             if parked.is_valid:
@@ -696,7 +695,7 @@ class OpenTelemetryMiddleware(Middleware, HandoffHooks):
         if run.park is not None and context.status is ExecutionStatus.WAITING:
             carrier: dict[str, str] = {}
             propagate.inject(carrier, context=trace.set_span_in_context(run.park))
-            context.private[PARK_LINK_KEY] = carrier
+            context.carried[PARK_LINK_KEY] = carrier
 
     def _inside(self, frame: _Frame) -> Iterator[_Frame]:
         with self._lock:

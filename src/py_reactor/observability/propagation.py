@@ -6,7 +6,9 @@ Events tell middleware what happens in one process. A dispatched execution goes 
 ``wake`` log line) also subclasses :class:`HandoffHooks`, and the dispatch protocol calls:
 
 - :func:`dispatching` when the caller stores an execution for a worker: the hooks may write
-  JSON-safe data into ``context.private`` (it is stored with the execution);
+  JSON-safe data into ``context.carried`` (it is stored with the execution), under keys
+  namespaced by the middleware (``"otel.trace_context"``): the one field of the context that is
+  the middleware's, not the library's;
 - :func:`worker_run` around each run of a stored execution in a worker: the hooks read what
   was stored, and learn when that run ends (done, parked, or cut off).
 
@@ -30,10 +32,6 @@ from py_reactor.states import Status, TraceKind
 if TYPE_CHECKING:
     from py_reactor.engine.context import Context
 
-#: ``context.private`` of an async unit: ``{"reactor": module:qualname, "step", "execution"}``
-#: of the run that dispatched it (its dispatch span belongs to that run's trace).
-UNIT_OF = "unit_of"
-
 __all__ = ["HandoffHooks", "Wake", "dispatching", "qualname_of", "wake_of", "worker_run"]
 
 logger = logging.getLogger("py_reactor")
@@ -47,7 +45,9 @@ class HandoffHooks:
 
     def on_dispatch(self, context: Context) -> None:
         """``context`` is about to be stored for a worker (a background run or an async unit);
-        what the hook writes into ``context.private`` is stored with it."""
+        what the hook writes into ``context.carried`` (JSON-safe, keys namespaced by the
+        middleware) is stored with it. ``context.unit_of`` tells an async unit (or a fanned-out
+        map element) from a background run: where it was dispatched from."""
 
     def on_worker_start(self, context: Context) -> None:
         """A worker is about to run the stored execution ``context`` (fresh, resumed after a
@@ -55,7 +55,7 @@ class HandoffHooks:
 
     def on_worker_end(self, context: Context, error: BaseException | None) -> None:
         """That run ended: completed, failed, parked (``context.status`` is ``waiting``) or cut
-        off by ``error``. What the hook writes into ``context.private`` is stored with it."""
+        off by ``error``. What the hook writes into ``context.carried`` is stored with it."""
 
 
 @dataclass(frozen=True, slots=True)

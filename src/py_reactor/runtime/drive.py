@@ -87,13 +87,12 @@ def background_run(
     handoff: str,
     *,
     transport: Transport,
-    private: Mapping[str, Any] | None = None,
+    retry_of: str | None = None,
 ) -> Outcome:
     """``cls.run()`` of a ``@background`` reactor: the steps before ``handoff`` in the caller,
     then persist and dispatch. Returns the caller's failure or halt if it came to one.
-    ``private``: bookkeeping the new context starts with (``retry_of``)."""
-    context = Context(reactor=class_path(cls), inputs=dict(inputs))
-    context.private.update(private or {})
+    ``retry_of``: the execution this new one retries (``Reactor.retry``)."""
+    context = Context(reactor=class_path(cls), inputs=dict(inputs), retry_of=retry_of)
     first = cls.__py_reactor_order__[0] if cls.__py_reactor_order__ else None
     if handoff == first:  # the whole run is the worker's: nothing is taken in the caller
         try:

@@ -105,7 +105,7 @@ def snapshot(stored: StoredExecution) -> Execution:
         parks=stored.parks,
         created_at=stored.created_at,
         updated_at=stored.updated_at,
-        retry_of=(context.private.get("retry_of") if context else None),
+        retry_of=(context.retry_of if context else None),
         retried_by=stored.retried_by,
     )
 

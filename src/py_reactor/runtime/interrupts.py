@@ -27,7 +27,6 @@ from py_reactor.dsl.reactor import Reactor
 from py_reactor.dsl.registry import class_path
 from py_reactor.engine.context import Context
 from py_reactor.engine.executor import execute
-from py_reactor.engine.interrupt import PAUSED_AT, PAUSES, RESUMED
 from py_reactor.engine.results import DispatchedResult, Outcome, PausedResult
 from py_reactor.engine.serializer import dumps_context
 from py_reactor.errors import InputValidationError, ResumeError
@@ -93,26 +92,26 @@ def resume(
             )
     stored = _paused(executions, execution_id, reactor)
     cls, context = revive(stored)
-    path = str(context.private.get(PAUSED_AT) or (stored.waiting_on or {}).get("step") or "")
+    path = str(context.paused_at or (stored.waiting_on or {}).get("step") or "")
     decl = _interrupt_at(cls, path)
     value = _validated(decl, payload, cls, path)
-    info = (context.private.get(PAUSES) or {}).get(path) or {}
-    deadline = info.get("deadline")
+    info = context.interrupts.get(path)
+    deadline = info.deadline if info is not None else None
     if deadline is not None and time.time() >= float(deadline):
         executions.due_now(stored.id)  # its timeout lapsed: a worker fails the step now
         transport.serve_here()
         raise _refusal(stored, "timed out: its interrupt step fails (a worker is on it)")
     where = mode or options_of(decl).resume
     status = Status.RUNNING if where == "inline" else Status.PENDING
-    correlation = info.get("correlation_id")
+    correlation = info.correlation_id if info is not None else None
     index = "" if correlation is None else keys.correlation(stored.reactor, str(correlation))
     epoch, previous = executions.take(stored.id, status, (Status.PAUSED,), correlation=index)
     if epoch <= 0:
         raise _refusal(
             stored, "resumed already" if previous != Status.PAUSED else previous, previous
         )
-    context.private.setdefault(RESUMED, {})[path] = value
-    context.private.pop(PAUSED_AT, None)
+    context.resumed[path] = value
+    context.paused_at = None
     if where == "background":
         if not executions.checkpoint(stored.id, epoch, dumps_context(context), Status.PENDING):
             raise _refusal(stored, "taken by another resume meanwhile")

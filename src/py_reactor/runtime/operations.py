@@ -22,7 +22,6 @@ from py_reactor.config import get_config
 from py_reactor.engine.compensation import undo_completed
 from py_reactor.engine.context import Context, running
 from py_reactor.engine.executor import run_reactor
-from py_reactor.engine.interrupt import PAUSED_AT, PAUSES
 from py_reactor.engine.release import release_ledger
 from py_reactor.engine.results import CancelledResult, Outcome
 from py_reactor.engine.run import Run
@@ -118,7 +117,7 @@ def undo(execution_id: str) -> Execution:
 def retry(execution_id: str, transport: Transport) -> Outcome:
     """Start a new run of ``execution_id``'s reactor with its inputs; the new run's outcome
     (a ``DispatchedResult`` for a ``@background`` reactor). The new context's
-    ``private["retry_of"]`` and the old record's ``retried_by`` link the two.
+    ``retry_of`` and the old record's ``retried_by`` link the two.
 
     Raises:
         LookupError: the store does not know ``execution_id``, or its class cannot be imported.
@@ -128,12 +127,13 @@ def retry(execution_id: str, transport: Transport) -> Outcome:
     if stored.status not in RETRYABLE:
         raise _refusal(stored, "retried", RETRYABLE)
     cls, context = revive(stored)
-    link = {"retry_of": stored.id}
     handoff = getattr(cls, "__py_reactor_handoff__", None)
     if handoff:
-        outcome = background_run(cls, context.inputs, handoff, transport=transport, private=link)
+        outcome = background_run(
+            cls, context.inputs, handoff, transport=transport, retry_of=stored.id
+        )
     else:  # a pause is stored there
-        outcome = run_reactor(cls, context.inputs, units=StoreUnits(transport), private=link)
+        outcome = run_reactor(cls, context.inputs, units=StoreUnits(transport), retry_of=stored.id)
     executions.annotate(stored.id, retried_by=outcome.execution_id)
     return outcome
 
@@ -181,8 +181,8 @@ def _taken(executions: ExecutionStore, execution_id: str, context: Context) -> C
 
 def _index(context: Context) -> str:
     """The correlation id key a run paused at an interrupt holds ("" when none)."""
-    info = (context.private.get(PAUSES) or {}).get(context.private.get(PAUSED_AT) or "") or {}
-    correlation = info.get("correlation_id")
+    info = context.interrupts.get(context.paused_at or "")
+    correlation = info.correlation_id if info is not None else None
     return "" if correlation is None else keys.correlation(context.reactor, str(correlation))
 
 

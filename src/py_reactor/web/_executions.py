@@ -160,7 +160,6 @@ def execution_detail(store: RedisStore, execution_id: str) -> dict[str, Any] | N
             for h in coordination(store)["holds"]
             if h["execution_id"] == stored.id and (h["primitive"], h["key"]) not in listed
         ]
-    private = {} if context is None else dict(context.private)
     detail.update(
         inputs={} if context is None else dict(context.inputs),
         results={} if context is None else dict(context.results),
@@ -169,7 +168,7 @@ def execution_detail(store: RedisStore, execution_id: str) -> dict[str, Any] | N
         holds=holds,
         epoch=stored.epoch,
         worker=stored.worker,
-        retry_of=private.get("retry_of"),
+        retry_of=None if context is None else context.retry_of,
         retried_by=store.client.hget(keys.execution(execution_id), "retried_by") or None,
         actions=[
             name

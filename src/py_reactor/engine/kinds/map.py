@@ -73,7 +73,7 @@ class MapUnit:
                 done[index] = child.results.get(child_cls.returns) if child_cls.returns else None
                 continue
             if child is not None and child.status is Status.FAILED and collect:
-                failed[index] = str(child.private.get("map_error", "failed"))
+                failed[index] = child.map_error or "failed"
                 continue
             if child is None or child.status not in RESUMES:
                 child = context.child(class_path(child_cls), self._inputs_of(element))
@@ -91,7 +91,7 @@ class MapUnit:
                 self.child = outcome
                 return Failure(outcome.error, retryable=getattr(outcome, "retryable", False))
             failed[index] = str(outcome.error)
-            child.private["map_error"] = failed[index]
+            child.map_error = failed[index]
         count = len(done) + len(failed)
         ordered = [done.get(i) for i in range(count)]
         if not collect:
