@@ -12,6 +12,7 @@ import pytest
 from py_reactor import Reactor, Result, Status, dumps_context, loads_context, step
 from py_reactor.dsl.interrupt import interrupt
 from py_reactor.engine import Context
+from py_reactor.engine._parallel import _fork, _merge_books
 from py_reactor.engine.executor import execute
 from py_reactor.engine.state import (
     BOOKKEEPING,
@@ -208,3 +209,41 @@ def test_bookkeeping_names_every_field_beyond_the_core_ones() -> None:
 
     assert set(BOOKKEEPING) == fields - core
     assert len(BOOKKEEPING) == len(set(BOOKKEEPING))
+
+
+def test_parallel_branches_merge_their_bookkeeping_entry_by_entry() -> None:
+    """Two branches forked from one context each change the bookkeeping: each one's new
+    entries (units, waits, windows, interrupts, carried data) are merged into the execution's
+    context, an entry a branch dropped is dropped, a changed scalar replaced, an untouched one
+    kept; and a branch never writes into the context it was forked from."""
+    main = Context(reactor="r", inputs={})
+    main.units["old"] = UnitRef(id="o", kind="step")
+    main.unit_waits["old"] = UnitWait(since=1.0, parks=1)
+    main.carried["acme"] = {"a": 1}
+    main.map_error = "kept"
+    first, first_base = _fork(main, "a")
+    second, second_base = _fork(main, "b")
+
+    first.units["a"] = UnitRef(id="ua", kind="step")
+    first.unit_waits.pop("old")
+    first.fan_out["a"] = FanOutWindow(count=2, sent=1)
+    first.carried["acme"]["first"] = 1
+    first.paused_at = "a"
+    second.units["b"] = UnitRef(id="ub", kind="reactor")
+    second.interrupts["b"] = InterruptPause(correlation_id="c", deadline=None, at=2.0)
+    second.unit_waits["b"] = UnitWait(since=3.0, parks=0)
+    second.carried["acme"]["second"] = 2
+    second.units["old"].id = "changed in the branch"  # its own copy
+    assert main.units["old"].id == "o"
+
+    _merge_books(main, first_base.books, first)
+    _merge_books(main, second_base.books, second)
+
+    assert set(main.units) == {"old", "a", "b"}
+    assert main.units["old"].id == "changed in the branch"
+    assert main.unit_waits == {"b": UnitWait(since=3.0, parks=0)}
+    assert main.fan_out == {"a": FanOutWindow(count=2, sent=1)}
+    assert set(main.interrupts) == {"b"}
+    assert main.carried == {"acme": {"a": 1, "first": 1, "second": 2}}
+    assert main.paused_at == "a"
+    assert main.map_error == "kept"
