@@ -39,7 +39,7 @@ __all__ = [
 _FROM_JSON = ConfigDict(strict=False, extra="forbid")
 
 #: The ``Context`` fields of library bookkeeping: a parallel branch copies them, and merges what
-#: it changed back into the execution's context (``engine._parallel``).
+#: it changed back into the execution's context (``engine.scheduler``).
 BOOKKEEPING = (
     "units",
     "unit_waits",
