@@ -12,8 +12,8 @@ import pytest
 from py_reactor import Reactor, Result, Status, dumps_context, loads_context, step
 from py_reactor.dsl.interrupt import interrupt
 from py_reactor.engine import Context
-from py_reactor.engine.scheduler import _fork, _merge_books
 from py_reactor.engine.executor import execute
+from py_reactor.engine.scheduler import _fork, _merge_books
 from py_reactor.engine.state import (
     BOOKKEEPING,
     FanOutStop,

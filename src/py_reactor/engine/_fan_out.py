@@ -50,6 +50,7 @@ from py_reactor.errors import (
     ReactorError,
 )
 from py_reactor.observability import events as ev
+from py_reactor.states import Status, TraceKind
 
 if TYPE_CHECKING:
     from py_reactor.engine.results import Outcome
@@ -137,9 +138,9 @@ class FanOut:
         """Take the oldest element in flight's outcome into the run (it has ended)."""
         index = state.low
         key = self._key(index)
-        if ended.status == "completed":
+        if ended.status == Status.COMPLETED:
             self.run.context.children[key] = ended.context  # undone with the run's rollback
-        elif ended.status == "halted":
+        elif ended.status == Status.HALTED:
             if state.stop is None:
                 reason = str(getattr(ended, "reason", "halted"))
                 state.stop = FanOutStop(index=index, how="halted", reason=reason)
@@ -185,7 +186,7 @@ class FanOut:
             self._refusal = exc
             return
         state.sent = index + 1
-        run.record("dispatched", key, started, execution_id=element.execution_id)
+        run.record(TraceKind.DISPATCHED, key, started, execution_id=element.execution_id)
         run.emit(ev.UnitDispatched, key, unit_execution_id=element.execution_id)
 
     def _finish(self, state: FanOutWindow) -> Success | Failure | Halt:

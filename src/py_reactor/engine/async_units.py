@@ -41,6 +41,7 @@ from py_reactor.errors import (
     ReactorError,
 )
 from py_reactor.observability import events as ev
+from py_reactor.states import Status, TraceKind
 
 if TYPE_CHECKING:
     from py_reactor.engine.results import Outcome
@@ -142,7 +143,9 @@ def dispatch_unit(run: Run, cls: type[Reactor], plan: StepPlan) -> Any:
     units[name] = UnitRef(
         id=unit.execution_id, kind="reactor" if decl.kind is StepKind.REACTOR else "step"
     )
-    run.record("dispatched", name, started, execution_id=unit.execution_id, arguments=values)
+    run.record(
+        TraceKind.DISPATCHED, name, started, execution_id=unit.execution_id, arguments=values
+    )
     run.emit(ev.UnitDispatched, name, unit_execution_id=unit.execution_id)
     return Sent(unit.execution_id)
 
@@ -285,7 +288,7 @@ def take(run: Run, name: str, outcome: Outcome) -> Any:
     context = run.context
     entry = context.units[name]
     started = time.time()
-    if outcome.status == "completed":
+    if outcome.status == Status.COMPLETED:
         unit = outcome.context
         context.results[name] = outcome.value
         if entry.kind == "reactor":
@@ -294,15 +297,15 @@ def take(run: Run, name: str, outcome: Outcome) -> Any:
         else:
             context.arguments[name] = dict(unit.arguments.get(name, unit.inputs))
         context.completed.append(name)
-        run.record("run", name, started, execution_id=entry.id, result=outcome.value)
+        run.record(TraceKind.RUN, name, started, execution_id=entry.id, result=outcome.value)
         return None
-    if outcome.status == "halted":
+    if outcome.status == Status.HALTED:
         reason = str(getattr(outcome, "reason", "halted"))
-        run.record("halted", name, started, execution_id=entry.id, reason=reason)
+        run.record(TraceKind.HALTED, name, started, execution_id=entry.id, reason=reason)
         return Halted(reason)
     error = outcome.error
     run.record(
-        "failed",
+        TraceKind.FAILED,
         name,
         started,
         execution_id=entry.id,
@@ -332,10 +335,10 @@ def await_inputs(run: Run) -> Any:
         if not _is_outcome(outcome):
             return outcome
         source, step = _source_of(origin, arg)
-        if outcome.status != "completed" or source is None:
+        if outcome.status != Status.COMPLETED or source is None:
             why = (
                 f"the unit it reads ended {outcome.status}: {error_text(outcome.error)}"
-                if outcome.status != "completed"
+                if outcome.status != Status.COMPLETED
                 else f"{origin.reactor if origin else None} no longer wires it to a Result"
             )
             error = ArgumentResolutionError(
@@ -427,7 +430,9 @@ def _timed_out(
         step=step,
     )
     if report:
-        run.record("failed", step, time.time(), error=error_text(error), execution_id=execution_id)
+        run.record(
+            TraceKind.FAILED, step, time.time(), error=error_text(error), execution_id=execution_id
+        )
         run.emit(ev.StepFailed, step, attempt=0, error=error)
     return StepFailure(step, error, retryable=False, work_started=False)
 

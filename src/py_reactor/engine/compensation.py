@@ -26,6 +26,7 @@ from py_reactor.engine.results import RollbackFailure, nested_failure
 from py_reactor.engine.run import Run
 from py_reactor.errors import CoordinationError
 from py_reactor.observability import events as ev
+from py_reactor.states import TraceKind
 
 __all__ = ["rollback", "undo_completed", "undo_elements"]
 
@@ -66,7 +67,14 @@ def undo_completed(run: Run, declarations: Mapping[str, StepDeclaration]) -> Non
         elif defines(decl, "undo"):
             values = context.arguments.get(name, {})
             unit = make_unit(decl, name, values, run)
-            _call(run, "undo", name, partial(unit.undo, context.results.get(name)), decl, values)
+            _call(
+                run,
+                TraceKind.UNDO,
+                name,
+                partial(unit.undo, context.results.get(name)),
+                decl,
+                values,
+            )
         context.completed.pop()
         context.results.pop(name, None)
 
@@ -106,7 +114,7 @@ def compensate_failed(
             # the compensate); re-taken instead if there are none, or one was lost meanwhile.
             kept = failure.holds is not None and failure.holds.refresh()
             held = (failure.held or {}) if kept else None
-            _call(run, "compensate", failed, call, decl, failure.arguments or {}, held=held)
+            _call(run, TraceKind.COMPENSATE, failed, call, decl, failure.arguments or {}, held=held)
     finally:
         failure.release_holds()  # the failed step kept its keys through its compensate
 
@@ -132,10 +140,12 @@ def undo_child(run: Run, name: str, decl: StepDeclaration) -> None:
                 f"{exc.primitive or 'coordination'} of {child_cls.__qualname__} could not be "
                 f"re-taken within its rollback_wait (raise it to wait longer). {exc}"
             )
-            run.record("undo", name, time.time(), ok=False, reason="coordination_unavailable",
-                       error=message, key=key)  # fmt: skip
+            run.record(
+                TraceKind.UNDO, name, time.time(), ok=False, reason="coordination_unavailable",
+                error=message, key=key,
+            )  # fmt: skip
             run.rollback_failures.append(
-                {"step": name, "kind": "undo", "key": key,
+                {"step": name, "kind": TraceKind.UNDO.value, "key": key,
                  "reason": "coordination_unavailable", "message": message}
             )  # fmt: skip
             return
@@ -150,7 +160,7 @@ def undo_child(run: Run, name: str, decl: StepDeclaration) -> None:
 
 def _call(
     run: Run,
-    kind: str,
+    kind: TraceKind,
     name: str,
     call: Callable[[], Any],
     decl: StepDeclaration,
@@ -165,7 +175,7 @@ def _call(
     started = time.time()
     begin, done, failed = (
         (ev.CompensationStarted, ev.CompensationCompleted, ev.CompensationFailed)
-        if kind == "compensate"
+        if kind is TraceKind.COMPENSATE
         else (ev.UndoStarted, ev.UndoCompleted, ev.UndoFailed)
     )
     run.emit(begin, name)

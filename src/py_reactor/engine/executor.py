@@ -34,6 +34,7 @@ from py_reactor.engine.waiter import BLOCKING, Waiter
 from py_reactor.errors import CoordinationError, InputValidationError
 from py_reactor.observability import events as ev
 from py_reactor.observability.middleware import Middleware
+from py_reactor.states import TraceKind
 
 __all__ = ["execute", "run_reactor"]
 
@@ -169,7 +170,7 @@ def _coordinated(cls: type[Reactor], run: Run) -> Outcome:
         scope.exit(succeeded=False, failed=False)
         reason = admission.value
         context.status = Status.HALTED
-        run.record("halted", None, time.time(), reason=reason)
+        run.record(TraceKind.HALTED, None, time.time(), reason=reason)
         run.emit(ev.ReactorHalted, None, reason=reason)
         return HaltedResult(context, reason=reason, step_name=None)
     outcome: Outcome | None = None

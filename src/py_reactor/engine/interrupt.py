@@ -23,6 +23,7 @@ from py_reactor.engine.run import Run, error_text
 from py_reactor.engine.state import InterruptPause
 from py_reactor.errors import InterruptError, InterruptTimeoutError
 from py_reactor.observability import events as ev
+from py_reactor.states import TraceKind
 
 __all__ = ["reach_interrupt"]
 
@@ -40,7 +41,7 @@ def reach_interrupt(run: Run, plan: StepPlan) -> Any:
         pauses.pop(path, None)
         context.results[name] = payload
         context.arguments[name] = {}
-        run.record("resumed", name, started, result=payload)
+        run.record(TraceKind.RESUMED, name, started, result=payload)
         run.emit(ev.StepResumed, path, payload=payload)
         run.emit(ev.StepCompleted, name, attempt=1, value=payload)
         return Completed(payload)
@@ -88,7 +89,7 @@ def reach_interrupt(run: Run, plan: StepPlan) -> Any:
     now = time.time()
     root.trace.append(
         {
-            "type": "paused",
+            "type": TraceKind.PAUSED.value,
             "step": path,
             "started_at": now,
             "finished_at": now,
@@ -136,6 +137,6 @@ def _correlation_id(run: Run, plan: StepPlan) -> str | None:
 
 
 def _failed(run: Run, name: str, error: InterruptError, started: float) -> StepFailure:
-    run.record("failed", name, started, attempt=0, error=error_text(error))
+    run.record(TraceKind.FAILED, name, started, attempt=0, error=error_text(error))
     run.emit(ev.StepFailed, name, attempt=0, error=error)
     return StepFailure(name, error, retryable=False, work_started=False)

@@ -12,6 +12,7 @@ from py_reactor.engine.answers import StepFailure
 from py_reactor.engine.run import Run, error_text
 from py_reactor.errors import CoordinationError
 from py_reactor.observability import events as ev
+from py_reactor.states import TraceKind
 
 __all__ = ["NOTHING", "contended", "refused"]
 
@@ -39,7 +40,7 @@ def contended(
     (the last attempt's failure) as its error.
     """
     run.record(
-        "failed",
+        TraceKind.FAILED,
         name,
         started,
         attempt=attempts,
@@ -72,7 +73,7 @@ def refused(
     *,
     validation_errors: list[dict[str, Any]] | None = None,
 ) -> StepFailure:
-    run.record("failed", name, started, attempt=0, arguments=args, error=error_text(exc))
+    run.record(TraceKind.FAILED, name, started, attempt=0, arguments=args, error=error_text(exc))
     run.emit(ev.StepFailed, name, attempt=0, error=exc)
     return StepFailure(
         name,

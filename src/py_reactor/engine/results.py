@@ -13,6 +13,7 @@ from typing import Any
 
 from py_reactor.engine.context import Context
 from py_reactor.engine.state import RollbackFailure
+from py_reactor.states import Status
 
 #: How a dispatched or paused run's ``wait()`` reaches the store: ``(execution id, timeout)``
 #: to the terminal outcome (given by the runtime that stored the run).
@@ -90,7 +91,7 @@ class SuccessResult(Outcome):
 
     __slots__ = ("_value",)
     is_success = True
-    status = "completed"
+    status: str = Status.COMPLETED.value
 
     def __init__(self, context: Context, value: Any) -> None:
         super().__init__(context)
@@ -109,7 +110,7 @@ class HaltedResult(Outcome):
 
     __slots__ = ("reason", "step_name")
     is_success = True
-    status = "halted"
+    status: str = Status.HALTED.value
 
     def __init__(self, context: Context, *, reason: str, step_name: str | None) -> None:
         super().__init__(context)
@@ -127,7 +128,7 @@ class ParkedResult(Outcome):
     it. Users see it as an :class:`~py_reactor.workers.Execution` with ``waiting_on``."""
 
     __slots__ = ("parked",)
-    status = "waiting"
+    status: str = Status.WAITING.value
 
     def __init__(self, context: Context, parked: Any) -> None:
         super().__init__(context)
@@ -150,7 +151,7 @@ class PausedResult(Outcome):
 
     __slots__ = ("_waiter", "correlation_id", "deadline", "step_name")
     is_success = False
-    status = "paused"
+    status: str = Status.PAUSED.value
 
     def __init__(
         self,
@@ -214,7 +215,7 @@ class CancelledResult(Outcome):
 
     __slots__ = ("reason", "rollback_failures")
     is_success = False
-    status = "cancelled"
+    status: str = Status.CANCELLED.value
 
     def __init__(
         self,
@@ -271,7 +272,7 @@ class FailureResult(Outcome):
         "validation_errors",
     )
     is_success = False
-    status = "failed"
+    status: str = Status.FAILED.value
 
     def __init__(
         self,

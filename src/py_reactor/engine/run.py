@@ -14,6 +14,7 @@ from py_reactor.engine.waiter import BLOCKING, Waiter
 from py_reactor.errors import StaleExecution
 from py_reactor.observability.events import Event
 from py_reactor.observability.middleware import Middleware, emit
+from py_reactor.states import TraceKind
 
 __all__ = [
     "MAX_BACKTRACE_CHARS",
@@ -106,9 +107,14 @@ class Run:
             )
             emit(self.middleware, event)
 
-    def record(self, kind: str, step: str | None, started_at: float, **details: Any) -> None:
-        """Append one trace entry."""
-        entry = {"type": kind, "step": step, "started_at": started_at, "finished_at": time.time()}
+    def record(self, kind: TraceKind, step: str | None, started_at: float, **details: Any) -> None:
+        """Append one trace entry (its ``type`` the kind's plain string, as stored)."""
+        entry = {
+            "type": kind.value,
+            "step": step,
+            "started_at": started_at,
+            "finished_at": time.time(),
+        }
         entry.update(details)
         self.context.trace.append(entry)
 

@@ -45,6 +45,7 @@ from py_reactor.errors import (
     StoreUnavailableError,
 )
 from py_reactor.observability import events as ev
+from py_reactor.states import TraceKind
 
 __all__ = ["run_resolved", "run_step"]
 
@@ -190,7 +191,7 @@ def _attempts(
         if policy is not None and _retrying(failure, attempt, policy):
             delay = policy.delay(attempt)
             run.record(
-                "retry",
+                TraceKind.RETRY,
                 name,
                 started,
                 attempt=attempt,
@@ -205,7 +206,7 @@ def _attempts(
             continue
         try:
             run.record(
-                "failed",
+                TraceKind.FAILED,
                 name,
                 started,
                 attempt=attempt,
@@ -314,7 +315,7 @@ def _settle_early(
     if isinstance(verdict, Halt):
         return _halt(run, name, verdict.reason, started)
     run.record(
-        "failed",
+        TraceKind.FAILED,
         name,
         started,
         attempt=0,
@@ -340,7 +341,9 @@ def _complete(
     context.results[name] = value
     context.arguments[name] = values
     context.completed.append(name)
-    run.record("run", name, started, attempt=attempt, arguments=values, result=value, **where)
+    run.record(
+        TraceKind.RUN, name, started, attempt=attempt, arguments=values, result=value, **where
+    )
     run.emit(ev.StepCompleted, name, attempt=attempt, value=value)
     return Completed(value)
 
@@ -355,11 +358,11 @@ def _skip(
 ) -> SkippedStep:
     run.context.results[name] = signal.value
     run.context.arguments[name] = values
-    run.record("skipped", name, started, reason=signal.reason, result=signal.value, **where)
+    run.record(TraceKind.SKIPPED, name, started, reason=signal.reason, result=signal.value, **where)
     run.emit(ev.StepSkipped, name, reason=signal.reason)
     return SkippedStep(signal.value, signal.reason)
 
 
 def _halt(run: Run, name: str, reason: str, started: float) -> Halted:
-    run.record("halted", name, started, reason=reason)
+    run.record(TraceKind.HALTED, name, started, reason=reason)
     return Halted(reason)

@@ -37,6 +37,7 @@ from py_reactor.errors import (
     StoreUnavailableError,
 )
 from py_reactor.observability import events as ev
+from py_reactor.states import TraceKind
 
 if TYPE_CHECKING:
     from py_reactor.engine.run import Run
@@ -224,7 +225,7 @@ def park(
     started = time.time()
     root.trace.append(
         {
-            "type": "parked",
+            "type": TraceKind.PARKED.value,
             "step": path,
             "started_at": started,
             "finished_at": started,
