@@ -17,7 +17,7 @@ from py_reactor.states import Status
 
 #: How a dispatched or paused run's ``wait()`` reaches the store: ``(execution id, timeout)``
 #: to the terminal outcome (given by the runtime that stored the run).
-Waiter = Callable[[str, float | None], "Outcome"]
+AwaitEnd = Callable[[str, float | None], "Outcome"]
 
 __all__ = [
     "CancelledResult",
@@ -149,7 +149,7 @@ class PausedResult(Outcome):
         deadline: wall-clock time at which its timeout fails the step, or None.
     """
 
-    __slots__ = ("_waiter", "correlation_id", "deadline", "step_name")
+    __slots__ = ("_await_end", "correlation_id", "deadline", "step_name")
     is_success = False
     status: str = Status.PAUSED.value
 
@@ -157,13 +157,13 @@ class PausedResult(Outcome):
         self,
         context: Context,
         *,
-        waiter: Waiter,
+        finish: AwaitEnd,
         step_name: str,
         correlation_id: str | None = None,
         deadline: float | None = None,
     ) -> None:
         super().__init__(context)
-        self._waiter = waiter
+        self._await_end = finish
         self.step_name = step_name
         self.correlation_id = correlation_id
         self.deadline = deadline
@@ -175,7 +175,7 @@ class PausedResult(Outcome):
         Raises:
             TimeoutError: it did not end within ``timeout`` seconds.
         """
-        return self._waiter(self.execution_id, timeout)
+        return self._await_end(self.execution_id, timeout)
 
     def __repr__(self) -> str:
         cid = "" if self.correlation_id is None else f" correlation_id={self.correlation_id!r}"
@@ -190,12 +190,12 @@ class DispatchedResult(Outcome):
         results: the values of the steps that ran in the caller before the hand-off.
     """
 
-    __slots__ = ("_waiter",)
+    __slots__ = ("_await_end",)
     status = "dispatched"
 
-    def __init__(self, context: Context, *, waiter: Waiter) -> None:
+    def __init__(self, context: Context, *, finish: AwaitEnd) -> None:
         super().__init__(context)
-        self._waiter = waiter
+        self._await_end = finish
 
     def wait(self, timeout: float | None = None) -> Outcome:
         """Block until the execution ends and return its outcome (rebuilt from the store).
@@ -203,7 +203,7 @@ class DispatchedResult(Outcome):
         Raises:
             TimeoutError: it did not end within ``timeout`` seconds.
         """
-        return self._waiter(self.execution_id, timeout)
+        return self._await_end(self.execution_id, timeout)
 
     def __repr__(self) -> str:
         return f"<DispatchedResult {_name(self.context)} id={self.execution_id}>"

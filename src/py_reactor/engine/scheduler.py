@@ -349,7 +349,7 @@ class _Walk:
             if unstorable is not None:  # a worker could never pick it up: roll back here
                 self.failures.append(unstorable)
                 return self._roll_back(declarations)
-            return DispatchedResult(context, waiter=run.units.finish)  # the worker goes on
+            return DispatchedResult(context, finish=run.units.finish)  # the worker goes on
         if self.cls.returns is not None and self.cls.returns not in context.results:
             reading = await_units(run, (self.cls.returns,), None)  # an unread unit's value
             ended = after_step(run, self.cls.returns, reading, None)

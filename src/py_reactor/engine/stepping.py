@@ -49,7 +49,7 @@ def after_step(
         run.context.status = Status.PAUSED
         return PausedResult(
             run.context,
-            waiter=run.units.finish,
+            finish=run.units.finish,
             step_name=result.step,
             correlation_id=result.correlation_id,
             deadline=result.deadline,

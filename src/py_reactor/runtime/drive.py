@@ -103,7 +103,7 @@ def background_run(
             return execute(cls, context, units=StoreUnits(transport))
         _take_ordered_position(cls, context)
         context.status = Status.PENDING
-        outcome: Outcome = DispatchedResult(context, waiter=finish)
+        outcome: Outcome = DispatchedResult(context, finish=finish)
     else:
         outcome = execute(cls, context, handoff=handoff, units=StoreUnits(transport))
     if isinstance(outcome, PausedResult):  # at an interrupt before the hand-off: stored paused

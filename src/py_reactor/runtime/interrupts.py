@@ -117,7 +117,7 @@ def resume(
             raise _refusal(stored, "taken by another resume meanwhile")
         executions.due_now(stored.id)
         transport.serve_here()
-        return DispatchedResult(context, waiter=finish)
+        return DispatchedResult(context, finish=finish)
     return _run_here(executions, cls, context, epoch, transport)
 
 
