@@ -221,7 +221,7 @@ def _call(
     run.record(kind, name, started, ok=False, reason=reason, error=message, **where)
     run.emit(failed, name, error=error)
     run.rollback_failures.append(
-        {"step": name, "kind": kind, "key": key, "reason": reason, "message": message}
+        {"step": name, "kind": kind.value, "key": key, "reason": reason, "message": message}
     )
 
 
