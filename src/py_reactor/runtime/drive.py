@@ -43,7 +43,7 @@ from py_reactor.engine.results import (
 )
 from py_reactor.engine.run import StaleExecution, describe_exception
 from py_reactor.engine.serializer import dumps_context, loads_context
-from py_reactor.engine.waiter import Parking
+from py_reactor.engine.waiter import Parking, Waiter
 from py_reactor.errors import (
     ReactorError,
     ReactorNotImportableError,
@@ -63,7 +63,14 @@ from py_reactor.storage import executions as stored_executions
 from py_reactor.storage import keys
 from py_reactor.storage.executions import ExecutionStore, StoredExecution
 
-__all__ = ["background_run", "dispatch", "recovery_pass", "run_execution", "worker_name"]
+__all__ = [
+    "background_run",
+    "dispatch",
+    "drive",
+    "recovery_pass",
+    "run_execution",
+    "worker_name",
+]
 
 logger = logging.getLogger("py_reactor")
 
@@ -215,24 +222,54 @@ def run_execution(
         on_claim(execution_id, epoch)
     try:
         with worker_run(context):  # middleware sees the run start and end (trace context, wake)
-            outcome = execute(cls, context, waiter=waiter, units=StoreUnits(transport))
-    except StaleExecution:
-        logger.warning("py_reactor: execution %s was claimed by another runner", execution_id)
-        return "stale"
-    except StoreUnavailableError as exc:  # a store call the run did not suspend on
-        return _left_to_recovery(execution_id, exc)
-    except BaseException as exc:  # SystemExit, KeyboardInterrupt in a step: no rollback ran
-        _settle(executions, execution_id, epoch, context, aborted_outcome(cls, context, exc))
-        raise
-    except SerializationError as exc:
-        outcome = _run_failure(context, exc, cls.__py_reactor_name__)
+            _, became = drive(executions, cls, context, epoch, waiter=waiter, transport=transport)
     finally:
         if on_claim is not None:
             on_claim(execution_id, None)
+    return became
+
+
+def drive(
+    executions: ExecutionStore,
+    cls: type[Reactor],
+    context: Context,
+    epoch: int,
+    *,
+    waiter: Waiter,
+    transport: Transport,
+) -> tuple[Outcome | None, str]:
+    """Run a claimed execution (``epoch``) on from where ``context`` stopped, then store how it
+    ended with one write: finished, parked or paused (compare-and-set on the epoch). The one
+    path of every stored run, whoever runs it: a worker (``Parking`` waiter) or an inline
+    resume in the caller (``Blocking``). Returns the outcome (None when nothing could be
+    stored) and what became of the execution.
+
+    A store outage the run did not suspend on leaves a worker's execution to lease recovery,
+    from its last checkpoint (nothing was rolled back); in the caller it raises. An interrupt
+    (KeyboardInterrupt, SystemExit) stores the run ``aborted`` (no rollback ran: undo it
+    later) and propagates.
+    """
+    execution_id = context.execution_id
     try:
-        return _settle(executions, execution_id, epoch, context, outcome)
+        outcome = execute(cls, context, waiter=waiter, units=StoreUnits(transport))
+    except StaleExecution:
+        logger.warning("py_reactor: execution %s was claimed by another runner", execution_id)
+        return None, "stale"
+    except StoreUnavailableError as exc:  # a store call the run did not suspend on
+        if not waiter.parks:
+            raise
+        return None, _left_to_recovery(execution_id, exc)
+    except SerializationError as exc:
+        outcome = _run_failure(context, exc, cls.__py_reactor_name__)
+    except BaseException as exc:  # SystemExit, KeyboardInterrupt in a step: no rollback ran
+        _settle(executions, execution_id, epoch, context, aborted_outcome(cls, context, exc))
+        raise
+    try:
+        return outcome, _settle(executions, execution_id, epoch, context, outcome)
     except StoreUnavailableError as exc:  # how it ended (a suspension too) cannot be written
-        return _left_to_recovery(execution_id, exc)
+        if not waiter.parks:
+            raise
+        return outcome, _left_to_recovery(execution_id, exc)
 
 
 def _left_to_recovery(execution_id: str, exc: StoreUnavailableError) -> str:

@@ -26,15 +26,13 @@ from py_reactor.dsl.interrupt import options_of
 from py_reactor.dsl.reactor import Reactor
 from py_reactor.dsl.registry import class_path
 from py_reactor.engine.context import Context
-from py_reactor.engine.executor import execute
-from py_reactor.engine.results import DispatchedResult, Outcome, PausedResult
+from py_reactor.engine.results import DispatchedResult, Outcome
 from py_reactor.engine.serializer import dumps_context
+from py_reactor.engine.waiter import BLOCKING
 from py_reactor.errors import InputValidationError, ResumeError
-from py_reactor.runtime.drive import aborted_outcome, revive
-from py_reactor.runtime.execution import finish, outcome_to_dict
-from py_reactor.runtime.pauses import store_pause
+from py_reactor.runtime.drive import drive, revive
+from py_reactor.runtime.execution import finish
 from py_reactor.runtime.transport import Transport
-from py_reactor.runtime.units import StoreUnits
 from py_reactor.states import Status
 from py_reactor.storage import executions as stored_executions
 from py_reactor.storage import keys
@@ -128,27 +126,10 @@ def _run_here(
     epoch: int,
     transport: Transport,
 ) -> Outcome:
-    """Run the resumed execution on in this process, and store how it ended (or paused)."""
-    try:
-        outcome = execute(cls, context, units=StoreUnits(transport))
-    except BaseException as exc:  # Ctrl-C in a step: stored aborted (undo it later), re-raised
-        aborted = aborted_outcome(cls, context, exc)
-        executions.checkpoint(
-            context.execution_id, epoch, dumps_context(context), Status.ABORTED,
-            outcome=outcome_to_dict(aborted),
-        )  # fmt: skip
-        raise
-    if isinstance(outcome, PausedResult):
-        store_pause(outcome, epoch=epoch, executions=executions)
-        return outcome
-    if outcome.status in (Status.COMPLETED, Status.FAILED, Status.HALTED):
-        executions.checkpoint(
-            context.execution_id,
-            epoch,
-            dumps_context(context),
-            Status(outcome.status),
-            outcome=outcome_to_dict(outcome),
-        )
+    """Run the resumed execution on in this process (blocking where a worker would park), and
+    store how it ended or paused again: Ctrl-C in a step stores it aborted and re-raises."""
+    outcome, _ = drive(executions, cls, context, epoch, waiter=BLOCKING, transport=transport)
+    assert outcome is not None  # in the caller, a store outage raises instead
     return outcome
 
 
