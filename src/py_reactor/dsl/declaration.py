@@ -65,6 +65,10 @@ class StepKind(enum.Enum):
     MAP = "map"  # a child reactor run once per element, declared with map_step()
     INTERRUPT = "interrupt"  # a pause until Reactor.resume(...) brings a payload: interrupt()
 
+    # Members are singletons: hash by identity (C speed) where Enum hashes by name in Python;
+    # the engine looks each step's kind up in a table on every step.
+    __hash__ = object.__hash__
+
 
 class StepDeclaration:
     """One step of a reactor: what runs, how its arguments are wired, what it waits for.

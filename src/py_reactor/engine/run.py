@@ -110,7 +110,7 @@ class Run:
     def record(self, kind: TraceKind, step: str | None, started_at: float, **details: Any) -> None:
         """Append one trace entry (its ``type`` the kind's plain string, as stored)."""
         entry = {
-            "type": kind.value,
+            "type": str(kind),  # the plain string (str() of a StrEnum is its value)
             "step": step,
             "started_at": started_at,
             "finished_at": time.time(),

@@ -52,8 +52,8 @@ from py_reactor.coordination.scope import TAKER, compute_key
 from py_reactor.dsl.declaration import StepDeclaration, StepKind
 from py_reactor.dsl.parallel import PARALLEL_ATTRIBUTE
 from py_reactor.dsl.reactor import Reactor, StepPlan
-from py_reactor.engine.answers import Halted, Parked, Paused, StepFailure
-from py_reactor.engine.async_units import await_units
+from py_reactor.engine.answers import Completed, Halted, Parked, Paused, SkippedStep, StepFailure
+from py_reactor.engine.async_units import Sent, await_units
 from py_reactor.engine.compensation import compensate_failed, rollback, undo_child, undo_elements
 from py_reactor.engine.context import Context, Status, running
 from py_reactor.engine.release import release_ledger
@@ -67,6 +67,11 @@ from py_reactor.observability import events as ev
 __all__ = ["walk"]
 
 _MISSING: Any = object()
+
+#: What a step answers when the walk goes on (a unit dispatched answers ``Sent``), and what
+#: stops it short of a failure.
+_GOES_ON = frozenset({Completed, SkippedStep, Sent})
+_STOPS = (Halted, Paused, Parked)
 
 #: Declared primitives that siblings on one key take one after the other (a wider semaphore
 #: is shared by design, and a rate limit only counts).
@@ -150,11 +155,12 @@ class _Walk:
     def drive(self, todo: list[str]) -> None:
         """Run the steps of ``todo`` not done yet until all are done or the walk stops."""
         if self.limit == 1:  # one at a time, here: ``todo`` is in dependency order already
+            run, cls, plan, results = self.run, self.cls, self.plan, self.context.results
             for name in todo:
-                if self.stopping:
+                if self.failures or self.stops:
                     return
-                if not self._done(name):
-                    self._settle(name, run_one(self.run, self.cls, self.plan[name]))
+                if name not in results and not self._done(name):
+                    self._settle(name, run_one(run, cls, plan[name]))
             return
         pending = [name for name in todo if not self._done(name)]
         while True:
@@ -314,9 +320,11 @@ class _Walk:
 
     def _settle(self, name: str, result: object) -> None:
         """Record how step ``name`` ended: go on (checkpointed in a worker), or stop."""
+        if type(result) in _GOES_ON and self.checkpoint is None:
+            return  # the common case: nothing to store, nothing stops
         if isinstance(result, StepFailure):
             self.failures.append(result)
-        elif isinstance(result, Halted | Paused | Parked):
+        elif isinstance(result, _STOPS):
             self.stops.append((name, result))
         else:
             ended = after_step(self.run, name, result, self.checkpoint)

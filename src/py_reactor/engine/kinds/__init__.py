@@ -29,13 +29,9 @@ def _class_unit(decl: StepDeclaration, name: str, values: dict[str, Any], run: R
     return decl.target(Inputs(values), run.context)
 
 
-def _inline_unit(decl: StepDeclaration, name: str, values: dict[str, Any], run: Run) -> Any:
-    return InlineUnit(decl, values)
-
-
 _BUILD: dict[StepKind, Build] = {
     StepKind.CLASS: _class_unit,
-    StepKind.INLINE: _inline_unit,
+    StepKind.INLINE: InlineUnit,
     StepKind.MAP: MapUnit,
     StepKind.REACTOR: ReactorUnit,
 }

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from py_reactor.dsl.declaration import StepDeclaration
+from py_reactor.engine.run import Run
 
 __all__ = ["InlineUnit"]
 
@@ -15,7 +16,7 @@ class InlineUnit:
 
     __slots__ = ("decl", "values")
 
-    def __init__(self, decl: StepDeclaration, values: dict[str, Any]) -> None:
+    def __init__(self, decl: StepDeclaration, name: str, values: dict[str, Any], run: Run) -> None:
         self.decl = decl
         self.values = values
 
