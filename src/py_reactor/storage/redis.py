@@ -38,6 +38,7 @@ from py_reactor.coordination.store import (
 )
 from py_reactor.errors import CoordinationError, StoreUnavailableError
 from py_reactor.storage import keys
+from py_reactor.storage.inspect import held_by  # reads back what _by writes
 
 __all__ = ["CONNECT_TIMEOUT", "RedisStore", "held_by", "lua_source"]
 
@@ -372,6 +373,14 @@ class RedisStore:
         """``exc``'s message without the client's password."""
         return scrub(str(exc), self._secrets)
 
+    def read_error(self, exc: BaseException, what: str) -> StoreUnavailableError | None:
+        """``exc``, a redis-py error raised by a plain read (``what``) of this store, reported
+        as the scripts report theirs; None for any other exception. Callers that read through
+        ``inspect`` or ``executions`` need not know redis-py's exception types."""
+        if not isinstance(exc, redis.RedisError):
+            return None
+        return self._failed(what, exc)
+
     def unavailable(self, exc: BaseException) -> StoreUnavailableError:
         """The error that reports this store unreachable because of ``exc``."""
         return StoreUnavailableError(
@@ -425,21 +434,11 @@ def _member(ticket: WaitTicket) -> str:
 
 def _by(by: HeldBy | None) -> str:
     """``by`` as a hold record stores it: JSON ``[execution id, step]`` with no ``|`` (a queue
-    member's separator; JSON reads the escape back), or ``""`` when no one is named."""
+    member's separator; JSON reads the escape back), or ``""`` when no one is named. Read back
+    by ``inspect.held_by``."""
     if by is None:
         return ""
     return json.dumps([by.execution_id, by.step], separators=(",", ":")).replace("|", "\\u007c")
-
-
-def held_by(text: str | None) -> HeldBy | None:
-    """The execution and step a hold record names (what ``_by`` wrote); None if it names none."""
-    if not text:
-        return None
-    try:
-        execution_id, step = json.loads(text)
-    except (ValueError, TypeError):
-        return None
-    return HeldBy(str(execution_id), None if step is None else str(step))
 
 
 _PERIOD: tuple[Literal["done", "due", "busy"], ...] = ("done", "due", "busy")
