@@ -12,7 +12,6 @@ from importlib import resources
 from typing import Any
 from urllib.parse import urlencode
 
-import redis
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -101,11 +100,17 @@ def _endpoint(dash: Dashboard, handler: Callable[[Dashboard, Request], Response]
     def call(request: Request) -> Response:
         try:
             return handler(dash, request)
-        except (StoreUnavailableError, redis.RedisError) as exc:
-            error = exc if isinstance(exc, StoreUnavailableError) else _store_error(dash, exc)
-            if request.url.path.startswith("/api/") or _wants_fragment(request):
-                return JSON({"error": str(error)}, status_code=503)
-            return dash.page(request, "error.html", 503, heading="Store unavailable", message=error)
+        except StoreUnavailableError as exc:
+            error = exc
+        except Exception as exc:
+            # A redis-py error of the dashboard's own reads, as the store reports its own.
+            found = dash.store().read_error(exc, "a read of the dashboard")
+            if found is None:
+                raise
+            error = found
+        if request.url.path.startswith("/api/") or _wants_fragment(request):
+            return JSON({"error": str(error)}, status_code=503)
+        return dash.page(request, "error.html", 503, heading="Store unavailable", message=error)
 
     async def endpoint(request: Request) -> Response:
         if request.method == "POST":
@@ -114,16 +119,6 @@ def _endpoint(dash: Dashboard, handler: Callable[[Dashboard, Request], Response]
 
     endpoint.__name__ = handler.__name__.lstrip("_")
     return endpoint
-
-
-def _store_error(dash: Dashboard, exc: redis.RedisError) -> StoreUnavailableError:
-    """A redis-py error of the dashboard's own reads, as the store reports its own."""
-    store = dash.store()
-    if isinstance(exc, redis.AuthenticationError | redis.exceptions.AuthorizationError):
-        return store.rejected(exc)
-    if isinstance(exc, redis.ConnectionError | redis.TimeoutError):
-        return store.unavailable(exc)
-    return store.refused("a read of the dashboard", exc)
 
 
 def _wants_fragment(request: Request) -> bool:

@@ -3,8 +3,8 @@
 Read only, from the store: holds are listed from the stored ledgers of the executions that
 have not ended, each checked against the store's read-only scripts (``lock_state``,
 ``semaphore_state``, ``ordered_lock_state``, ``rate_limit_usage``) and, for what no script
-reports (a semaphore's holders, period markers and claims, ordered-lock heartbeats), plain
-reads of the key names ``storage.keys`` gives. Holds no ledger lists (a running step's, before
+reports (a semaphore's holders, period markers and claims, ordered-lock heartbeats), the
+store's read model (``storage.inspect``). Holds no ledger lists (a running step's, before
 its checkpoint, or one of a run in the caller, which is never stored; one taken in code or
 outside any execution) are found by one ``SCAN`` of py_reactor's namespace; a lock or semaphore
 hold names the execution and step it was taken for in the store itself. The JSON shapes are
@@ -13,26 +13,19 @@ documented in ``docs/operations.md``.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import unquote
 
 from py_reactor.coordination.holds import CHARGED, HELD, WAITING
 from py_reactor.coordination.owner import BRANCH_SEPARATOR, HeldBy
 from py_reactor.states import Status
-from py_reactor.storage import keys
 from py_reactor.storage.executions import StoredExecution
-from py_reactor.storage.redis import RedisStore, held_by
+from py_reactor.storage.inspect import Found, Inspector, PeriodClaim
+from py_reactor.storage.redis import RedisStore
 from py_reactor.web import _declared
 from py_reactor.web._records import live_executions, load_context, now_ms
 
 __all__ = ["Reader", "coordination"]
-
-_KEY = re.compile(
-    rf"^{keys.NAMESPACE}:(lock|semaphore|period|rate_limit|ordered_lock):(\{{[^}}]*\}}):(.*)$"
-)
 
 
 def coordination(store: RedisStore, *, scan: bool = True) -> dict[str, Any]:
@@ -45,7 +38,7 @@ def coordination(store: RedisStore, *, scan: bool = True) -> dict[str, Any]:
     """
     view = _Coordination(store)
     view.read_ledgers()
-    found = view.reader.scan() if scan else _Scan()
+    found = view.reader.inspector.scan() if scan else Found()
     view.known["lock"] |= found.locks
     view.known["semaphore"] |= found.semaphores
     view.known["ordered_lock"] |= found.ordered_locks
@@ -94,7 +87,7 @@ class _Coordination:
                 if record["state"] != CHARGED:
                     self._add(self.reader.hold(record, stored))
 
-    def result(self, found: _Scan) -> dict[str, Any]:
+    def result(self, found: Found) -> dict[str, Any]:
         """The view, with the holds only the store knows added."""
         reader, executions = self.reader, self.executions
         for key in sorted(self.known["lock"]):
@@ -150,29 +143,12 @@ class _Coordination:
                 self._use("rate_limit", key, stored.reactor, named[1])
 
 
-@dataclass
-class _Scan:
-    """What one SCAN of py_reactor's coordination keys found, by primitive."""
-
-    locks: set[str] = field(default_factory=set)
-    semaphores: set[str] = field(default_factory=set)
-    ordered_locks: set[str] = field(default_factory=set)
-    markers: list[tuple[str, str, str]] = field(default_factory=list)  # key, bucket, redis key
-    claims: list[tuple[str, str, str]] = field(default_factory=list)
-    counters: dict[tuple[str, int], dict[int, str]] = field(default_factory=dict)
-
-
-def _user_key(tag: str) -> str:
-    """The user's key inside a hash tag (``{a%7Bb}`` -> ``a{b``; see ``storage.keys.tag``)."""
-    return unquote(tag[1:-1])
-
-
 class Reader:
     """One request's reads of the store, on one server clock."""
 
     def __init__(self, store: RedisStore) -> None:
         self.store = store
-        self.client: Any = store.client  # redis-py's
+        self.inspector = Inspector(store)
         self.now_ms = now_ms(store)
 
     def _ttl(self, pttl_ms: int) -> float | None:
@@ -208,13 +184,14 @@ class Reader:
             hold["live"] = info.owner == owner and info.token == data.get("fencing_token")
             hold["ttl_left"] = self._ttl(info.pttl_ms) if hold["live"] else None
         elif primitive == "semaphore":
-            score = self.client.zscore(keys.semaphore(key).holders, owner)
-            hold["live"] = score is not None and score > self.now_ms
-            hold["ttl_left"] = (score - self.now_ms) / 1000 if hold["live"] else None
+            lease_end = self.inspector.semaphore_lease(key, owner)
+            hold["live"] = lease_end is not None and lease_end > self.now_ms
+            if lease_end is not None and hold["live"]:
+                hold["ttl_left"] = (lease_end - self.now_ms) / 1000
         elif primitive == "period":
-            claim = keys.period_claim(key, str(data.get("bucket")))
-            hold["live"] = self.client.hget(claim, "owner") == owner
-            hold["ttl_left"] = self._ttl(self.client.pttl(claim)) if hold["live"] else None
+            claim = self.inspector.period_claim(key, str(data.get("bucket")))
+            hold["live"] = claim is not None and claim.owner == owner
+            hold["ttl_left"] = _seconds(claim.ttl_ms) if claim and hold["live"] else None
         elif primitive == "ordered_lock":
             hold.update(self._position(key, data, record.get("state")))
         return hold
@@ -223,10 +200,10 @@ class Reader:
         info = self.store.ordered_lock_state(key)
         epoch, number = int(data.get("epoch", 0)), int(data.get("number", 0))
         live = info.epoch == epoch and number > info.done
-        beat = self.client.hget(keys.ordered_lock(key).beats, str(number)) if live else None
+        beat = self.inspector.ordered_lock_beat(key, number) if live else None
         ttl_left = None
         if beat is not None and data.get("ttl") is not None:
-            ttl_left = (int(beat) + float(data["ttl"]) * 1000 - self.now_ms) / 1000
+            ttl_left = (beat + float(data["ttl"]) * 1000 - self.now_ms) / 1000
         return {
             "live": live,
             "ttl_left": ttl_left,
@@ -295,7 +272,7 @@ class Reader:
         executions: dict[str, StoredExecution],
     ) -> dict[str, Any]:
         key, owner = semaphore["key"], holder["owner"]
-        by = held_by(self.client.hget(keys.semaphore(key).by, owner))
+        by = self.inspector.semaphore_by(key, owner)
         hold = self._outside("semaphore", key, owner, executions, by)
         hold.update(count=holder["count"], ttl_left=holder["lease_left"])
         return hold
@@ -303,6 +280,7 @@ class Reader:
     def outside_period(
         self, claim: dict[str, Any], executions: dict[str, StoredExecution]
     ) -> dict[str, Any]:
+        """A period claim found in the store that no ledger lists."""
         hold = self._outside("period", claim["key"], claim["owner"], executions)
         hold.update(
             count=claim["count"], ttl_left=claim["lease_left"], details={"bucket": claim["bucket"]}
@@ -331,19 +309,16 @@ class Reader:
         parked_on: dict[tuple[str, str], list[str]],
     ) -> dict[str, Any]:
         """A semaphore's holders (with their lease left), waiters and free slots."""
-        k = keys.semaphore(key)
         info = self.store.semaphore_state(key)
-        leases = self.client.zrangebyscore(k.holders, f"({self.now_ms}", "+inf", withscores=True)
-        counts = self.client.hgetall(k.counts)
-        named = self.client.hgetall(k.by)
         holders = [
             {
-                "owner": owner,
-                "execution_id": execution_of(owner, executions) or _named(named.get(owner)),
-                "count": int(counts.get(owner, 1)),
-                "lease_left": (score - self.now_ms) / 1000,
+                "owner": holder.owner,
+                "execution_id": execution_of(holder.owner, executions)
+                or (None if holder.by is None else holder.by.execution_id),
+                "count": holder.count,
+                "lease_left": (holder.lease_end_ms - self.now_ms) / 1000,
             }
-            for owner, score in leases
+            for holder in self.inspector.semaphore_holders(key, self.now_ms)
         ]
         return {
             "key": key,
@@ -372,16 +347,16 @@ class Reader:
             if h["primitive"] == "ordered_lock" and h["key"] == key and h["live"]
         ]
         listed = {p["position"] for p in positions}
-        beats = self.client.hgetall(keys.ordered_lock(key).beats)
+        beats = self.inspector.ordered_lock_beats(key)
         for number, beat in beats.items():  # positions taken by runs whose ledger is not stored
-            if str(number).isdigit() and int(number) > info.done and int(number) not in listed:
+            if number > info.done and number not in listed:
                 positions.append(
                     {
-                        "position": int(number),
+                        "position": number,
                         "execution_id": None,
                         "step": None,
-                        "turn": int(number) == info.done + 1,
-                        "beat_age": (self.now_ms - int(beat)) / 1000,
+                        "turn": number == info.done + 1,
+                        "beat_age": (self.now_ms - beat) / 1000,
                     }
                 )
         positions.sort(key=lambda p: p["position"] or 0)
@@ -399,15 +374,14 @@ class Reader:
         }
 
     def rate_limits(
-        self, found: _Scan, users: dict[tuple[str, str], set[_declared.User]]
+        self, found: Found, users: dict[tuple[str, str], set[_declared.User]]
     ) -> list[dict[str, Any]]:
         """Each rate limit's calls in its current windows (and the limit, where declared)."""
         now = self.now_ms // 1000
         by_key: dict[str, list[dict[str, Any]]] = {}
-        for (key, window), counters in sorted(found.counters.items()):
+        for (key, window), indexes in sorted(found.counters.items()):
             index = now // window
-            current = counters.get(index)
-            count = int(self.client.get(current) or 0) if current is not None else 0
+            count = self.inspector.rate_limit_count(key, window, index) if index in indexes else 0
             if not count:
                 continue  # only old windows are left, waiting to expire
             by_key.setdefault(key, []).append(
@@ -426,72 +400,41 @@ class Reader:
             result.append({"key": key, "windows": counted})
         return result
 
-    def periods(self, found: _Scan, executions: dict[str, StoredExecution]) -> dict[str, Any]:
+    def periods(self, found: Found, executions: dict[str, StoredExecution]) -> dict[str, Any]:
         """Period markers (buckets done, with when they expire) and in-flight claims."""
-        markers = [
-            {
-                "key": key,
-                "bucket": bucket,
-                "marked_by": self.client.get(name),
-                "expires_in": self._ttl(self.client.pttl(name)),
-            }
-            for key, bucket, name in sorted(found.markers)
+        markers = []
+        for key, bucket in sorted(found.markers):
+            marker = self.inspector.period_marker(key, bucket)
+            if marker is not None:  # else it expired since the SCAN
+                markers.append(
+                    {
+                        "key": key,
+                        "bucket": bucket,
+                        "marked_by": marker.marked_by,
+                        "expires_in": _seconds(marker.ttl_ms),
+                    }
+                )
+        claims = [
+            _claim(claim, executions)
+            for key, bucket in sorted(found.claims)
+            if (claim := self.inspector.period_claim(key, bucket)) is not None
         ]
-        claims = []
-        for key, bucket, name in sorted(found.claims):
-            data = self.client.hgetall(name)
-            if not data.get("owner"):
-                continue
-            owner = data["owner"]
-            claims.append(
-                {
-                    "key": key,
-                    "bucket": bucket,
-                    "owner": owner,
-                    "execution_id": execution_of(owner, executions),
-                    "count": int(data.get("count") or 1),
-                    "lease_left": self._ttl(self.client.pttl(name)),
-                }
-            )
         return {"markers": markers, "claims": claims}
 
-    # -- discovery ----------------------------------------------------------------------------
 
-    def scan(self, limit: int = 100_000) -> _Scan:
-        """One SCAN of py_reactor's coordination keys (at most ``limit`` keys looked at)."""
-        found = _Scan()
-        for seen, name in enumerate(
-            self.client.scan_iter(match=f"{keys.NAMESPACE}:*", count=1000), start=1
-        ):
-            if seen > limit:
-                break
-            match = _KEY.match(str(name))
-            if match is None:
-                continue
-            primitive, tag, rest = match.groups()
-            key = _user_key(tag)
-            if primitive == "lock" and rest == "hold":
-                found.locks.add(key)
-            elif primitive == "semaphore" and rest == "holders":
-                found.semaphores.add(key)
-            elif primitive == "ordered_lock" and rest == "state":
-                found.ordered_locks.add(key)
-            elif primitive == "period" and rest.startswith("done:"):
-                found.markers.append((key, rest[5:], str(name)))
-            elif primitive == "period" and rest.startswith("claim:"):
-                found.claims.append((key, rest[6:], str(name)))
-            elif primitive == "rate_limit":
-                window, _, index = rest.partition(":")
-                if window.isdigit() and index.isdigit():
-                    counters = found.counters.setdefault((key, int(window)), {})
-                    counters[int(index)] = str(name)
-        return found
+def _claim(claim: PeriodClaim, executions: dict[str, StoredExecution]) -> dict[str, Any]:
+    return {
+        "key": claim.key,
+        "bucket": claim.bucket,
+        "owner": claim.owner,
+        "execution_id": execution_of(claim.owner, executions),
+        "count": claim.count,
+        "lease_left": _seconds(claim.ttl_ms),
+    }
 
 
-def _named(text: str | None) -> str | None:
-    """The execution a hold record names (see ``storage.redis.held_by``), if any."""
-    by = held_by(text)
-    return None if by is None else by.execution_id
+def _seconds(ms: int | None) -> float | None:
+    return None if ms is None else ms / 1000
 
 
 def execution_of(owner: str, executions: Mapping[str, Any]) -> str | None:

@@ -14,8 +14,8 @@ from typing import Any
 from py_reactor.runtime import operations
 from py_reactor.runtime.execution import TERMINAL
 from py_reactor.states import Status
-from py_reactor.storage import keys
 from py_reactor.storage.executions import ExecutionStore, StoredExecution
+from py_reactor.storage.inspect import Inspector
 from py_reactor.storage.redis import RedisStore
 from py_reactor.web._coordination import Reader, coordination
 from py_reactor.web._records import BATCH, SCAN_IDS, live_executions, load_context, now_ms
@@ -72,25 +72,20 @@ def list_executions(
     ``cursor`` is a position in the newest-first index (0: the newest); the reply's
     ``next_cursor`` continues after the last item returned, None when nothing is left.
     """
-    client: Any = store.client  # redis-py's
+    inspector = Inspector(store)
     executions = ExecutionStore(store)
     items: list[dict[str, Any]] = []
     position = cursor
     scanned = 0
     exhausted = False
     while len(items) < limit and scanned < SCAN_IDS:
-        ids = [str(i) for i in client.zrevrange(keys.INDEX, position, position + BATCH - 1)]
+        ids = inspector.newest_ids(position, BATCH)
         if not ids:
             exhausted = True
             break
-        pipe = client.pipeline(transaction=False)
-        for execution_id in ids:
-            pipe.hmget(keys.execution(execution_id), "status", "reactor")
-        heads = pipe.execute()
-        for offset, (execution_id, (found_status, found_reactor)) in enumerate(
-            zip(ids, heads, strict=True)
-        ):
+        for offset, (execution_id, head) in enumerate(zip(ids, inspector.heads(ids), strict=True)):
             scanned += 1
+            found_status, found_reactor = head.status, head.reactor
             if found_status is None and found_reactor is None:
                 continue  # removed since the index was read
             if status is not None and found_status != status:
@@ -107,11 +102,11 @@ def list_executions(
             position += len(ids)
             if len(ids) < BATCH:
                 exhausted = True
-    more = not exhausted and bool(client.zrevrange(keys.INDEX, position, position))
+    more = not exhausted and bool(inspector.newest_ids(position, 1))
     return {
         "items": items,
         "next_cursor": position if more else None,
-        "total": int(client.zcard(keys.INDEX)),
+        "total": inspector.execution_count(),
         "filters": {"reactor": reactor, "status": status, "limit": limit, "cursor": cursor},
     }
 
@@ -169,7 +164,7 @@ def execution_detail(store: RedisStore, execution_id: str) -> dict[str, Any] | N
         epoch=stored.epoch,
         worker=stored.worker,
         retry_of=None if context is None else context.retry_of,
-        retried_by=store.client.hget(keys.execution(execution_id), "retried_by") or None,
+        retried_by=stored.retried_by,
         actions=[
             name
             for name, accepted in ACTIONS.items()

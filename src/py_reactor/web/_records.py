@@ -8,15 +8,14 @@ so each of those imports this module and ``_executions`` imports ``_coordination
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from typing import Any
 
 from py_reactor.engine.serializer import loads_context
 from py_reactor.errors import SerializationError
 from py_reactor.runtime.execution import TERMINAL
-from py_reactor.storage import keys
 from py_reactor.storage.executions import ExecutionStore, StoredExecution
+from py_reactor.storage.inspect import Inspector
 from py_reactor.storage.redis import RedisStore
 
 __all__ = ["BATCH", "SCAN_IDS", "live_executions", "load_context", "now_ms"]
@@ -30,18 +29,15 @@ BATCH = 200
 
 def live_executions(store: RedisStore) -> Iterator[StoredExecution]:
     """The stored executions that have not ended (leased, due, or not terminal in the index)."""
-    client: Any = store.client  # redis-py's
-    ids: dict[str, None] = {}
-    for name in (keys.LEASES, keys.DUE):
-        ids.update(dict.fromkeys(str(i) for i in client.zrange(name, 0, -1)))
-    newest = [str(i) for i in client.zrevrange(keys.INDEX, 0, SCAN_IDS - 1)]
+    inspector = Inspector(store)
+    in_flight = inspector.in_flight()
+    ids = dict.fromkeys(in_flight.leased)
+    ids.update(dict.fromkeys(execution_id for execution_id, _ in in_flight.due))
+    newest = inspector.newest_ids(0, SCAN_IDS)
     for start in range(0, len(newest), BATCH):
         batch = newest[start : start + BATCH]
-        pipe = client.pipeline(transaction=False)
-        for execution_id in batch:
-            pipe.hget(keys.execution(execution_id), "status")
-        for execution_id, status in zip(batch, pipe.execute(), strict=True):
-            if status is not None and status not in TERMINAL:
+        for execution_id, head in zip(batch, inspector.heads(batch), strict=True):
+            if head.status is not None and head.status not in TERMINAL:
                 ids[execution_id] = None
     executions = ExecutionStore(store)
     for execution_id in ids:
@@ -61,8 +57,4 @@ def load_context(stored: StoredExecution) -> Any:
 
 def now_ms(store: RedisStore) -> int:
     """The server clock in ms (holds expire on it, so ttls are computed against it)."""
-    try:
-        seconds, micros = store.client.time()
-        return int(seconds) * 1000 + int(micros) // 1000
-    except Exception:  # pragma: no cover - a server without TIME
-        return int(time.time() * 1000)
+    return Inspector(store).server_ms()
