@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import threading
 import time
 import uuid
@@ -20,6 +19,7 @@ from py_reactor.config import Config, configure, get_config, reset_config
 from py_reactor.coordination.lock import Lock
 from py_reactor.errors import StoreUnavailableError
 from py_reactor.runtime.execution import snapshot
+from py_reactor.storage.inspect import Inspector
 from py_reactor.testing._server import RedisServer
 
 if TYPE_CHECKING:
@@ -127,54 +127,35 @@ def _pending(waiting: bool) -> list[str]:
     Pending: running (a live or lapsed lease), due now, sent to a worker and not started, or
     waiting out a retry's backoff; with ``waiting``, parked executions too.
     """
-    from py_reactor.storage import current_store, keys
+    from py_reactor.storage import current_store
 
-    client: Any = current_store().client
-    # One MULTI/EXEC: a claim moves an id from the due set to the leases between two reads.
-    pipe = client.pipeline(transaction=True)
-    pipe.time().zrange(keys.LEASES, 0, -1).zrange(keys.DUE, 0, -1, withscores=True)
-    (seconds, micros), leases, scheduled = pipe.execute()
-    now_ms = int(seconds) * 1000 + int(micros) // 1000
-    running = [str(i) for i in leases]
-    due = [(str(i), float(s)) for i, s in scheduled]
-    lines = [_line(client, execution_id, "running") for execution_id in running]
-    for execution_id, score in due:
+    inspector = Inspector(current_store())
+    in_flight = inspector.in_flight()  # one MULTI/EXEC: a claim moves an id between the sets
+    now_ms, running = in_flight.now_ms, in_flight.leased
+    lines = [_line(inspector, execution_id, "running") for execution_id in running]
+    for execution_id, score in in_flight.due:
         if execution_id in running:
             continue
         if score <= now_ms:
-            lines.append(_line(client, execution_id, "due now"))
+            lines.append(_line(inspector, execution_id, "due now"))
             continue
-        waiting_on = _waiting_on(client, execution_id)
+        waiting_on = inspector.waiting_on(execution_id)
         later = f"due in {(score - now_ms) / 1000:.1f} s"
         if waiting_on is None:  # sent to a worker (a Celery job), not started yet
-            lines.append(_line(client, execution_id, f"sent, not started; sent again {later}"))
+            lines.append(_line(inspector, execution_id, f"sent, not started; sent again {later}"))
         elif waiting_on.get("primitive") is None:
             step = waiting_on.get("step")
-            lines.append(_line(client, execution_id, f"retry of {step!r} {later}"))
+            lines.append(_line(inspector, execution_id, f"retry of {step!r} {later}"))
         elif waiting:
             on = f"{waiting_on.get('primitive')} {waiting_on.get('key')!r}"
-            lines.append(_line(client, execution_id, f"parked on {on}, {later}"))
+            lines.append(_line(inspector, execution_id, f"parked on {on}, {later}"))
     return lines
 
 
-def _waiting_on(client: Any, execution_id: str) -> dict[str, Any] | None:
-
-    from py_reactor.storage import keys
-
-    text = client.hget(keys.execution(execution_id), "waiting_on")
-    try:
-        value = json.loads(text) if text else None
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
-
-
-def _line(client: Any, execution_id: str, state: str) -> str:
-    from py_reactor.storage import keys
-
-    reactor, status = client.hmget(keys.execution(execution_id), "reactor", "status")
-    name = str(reactor or "?").rpartition(":")[2]
-    return f"  {execution_id} {name}: {status or '?'}, {state}"
+def _line(inspector: Inspector, execution_id: str, state: str) -> str:
+    (head,) = inspector.heads([execution_id])
+    name = str(head.reactor or "?").rpartition(":")[2]
+    return f"  {execution_id} {name}: {head.status or '?'}, {state}"
 
 
 def drain(timeout: float = 30.0, *, waiting: bool = False) -> None:
@@ -216,12 +197,12 @@ def drain(timeout: float = 30.0, *, waiting: bool = False) -> None:
 
 def settle(timeout: float = SETTLE_TIMEOUT) -> None:
     """Wait (up to ``timeout`` seconds) until no execution is running, quietly."""
-    from py_reactor.storage import current_store, keys
+    from py_reactor.storage import current_store
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            if not current_store().client.zcard(keys.LEASES):
+            if not Inspector(current_store()).running_count():
                 return
         except StoreUnavailableError:
             return

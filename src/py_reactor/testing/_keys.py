@@ -7,7 +7,7 @@ changed) on the configured store, or on ``store=``, and says what it found when 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from py_reactor.config.options import window_seconds
 from py_reactor.coordination.lock import LockState
@@ -16,6 +16,7 @@ from py_reactor.coordination.semaphore import Semaphore
 from py_reactor.coordination.store import default_store
 from py_reactor.engine.results import Outcome
 from py_reactor.runtime.execution import Execution
+from py_reactor.storage.inspect import Inspector
 from py_reactor.testing._describe import MISSING
 
 if TYPE_CHECKING:
@@ -219,36 +220,31 @@ def assert_period_marked(
             f"expected period {key!r} to be marked done in the current {_window(every)} "
             f"bucket, but it is not; {_marked(chosen, key)}"
         )
-    client = _client(chosen)
-    from py_reactor.storage import keys
-
+    inspector = _inspector(chosen)
     if bucket is not MISSING:
-        if client.exists(keys.period_marker(key, bucket)):
+        if inspector.period_marked(key, bucket):
             return
         raise AssertionError(
             f"expected period {key!r} to be marked done in bucket {bucket!r}, but it is not; "
             f"{_marked(chosen, key)}"
         )
-    if not _buckets(chosen, key):
+    if not inspector.period_buckets(key):
         raise AssertionError(f"expected period {key!r} to be marked done, but no bucket is")
 
 
-def _client(store: Store) -> Any:
-    client = getattr(store, "client", None)
-    if client is None:
-        raise TypeError(f"{store!r} has no Redis client to read period markers from")
-    return client
+def _inspector(store: Store) -> Inspector:
+    try:
+        return Inspector(store)
+    except TypeError:
+        raise TypeError(f"{store!r} has no Redis client to read period markers from") from None
 
 
 def _buckets(store: Store, key: str) -> list[str]:
-    from py_reactor.storage import keys
-
-    client = getattr(store, "client", None)
-    if client is None:
+    try:
+        inspector = Inspector(store)
+    except TypeError:  # a store of another kind: no markers to list
         return []
-    prefix = keys.period(key).done + ":"
-    found = [str(name) for name in client.scan_iter(match=keys.pattern("period", key))]
-    return sorted(name[len(prefix) :] for name in found if name.startswith(prefix))
+    return inspector.period_buckets(key)
 
 
 def _marked(store: Store, key: str) -> str:
