@@ -31,6 +31,7 @@ from py_reactor.config import get_config
 from py_reactor.coordination.scope import Scope
 from py_reactor.dsl.reactor import Reactor
 from py_reactor.dsl.registry import class_path, lookup
+from py_reactor.engine.async_units import AWAITED
 from py_reactor.engine.context import Context, Status, running
 from py_reactor.engine.executor import execute
 from py_reactor.engine.results import (
@@ -60,7 +61,6 @@ from py_reactor.runtime.transport import Transport
 from py_reactor.runtime.units import StoreUnits, dispatch
 from py_reactor.states import TraceKind
 from py_reactor.storage import executions as stored_executions
-from py_reactor.storage import keys
 from py_reactor.storage.executions import ExecutionStore, StoredExecution
 
 __all__ = [
@@ -305,15 +305,11 @@ def _settle(
             "until": _until(stop.delay),
         }
         keyed = stop.primitive is not None and stop.key is not None  # else only the timer wakes
-        on = keys.parked(stop.primitive, stop.key) if keyed else None  # (a backoff, the store)
-        awaiting = stop.key if stop.primitive == keys.AWAITED else None  # a reader of a unit
-        free_if = keys.free_probe(
-            stop.primitive or "", stop.key or "", stop.limit, stop.bucket, stop.turn
-        )
-        written = executions.checkpoint(
-            execution_id, epoch, text, Status.WAITING, waiting_on=waiting_on, due_in=stop.delay,
-            parked_on=on, awaiting=awaiting, free_if=free_if,
-            park=keyed and stop.primitive not in ("ordered_lock", keys.AWAITED),  # as caps count
+        written = executions.park(
+            execution_id, epoch, text, waiting_on=waiting_on, due_in=stop.delay,
+            primitive=stop.primitive, key=stop.key, limit=stop.limit, bucket=stop.bucket,
+            turn=stop.turn,
+            count=keyed and stop.primitive not in ("ordered_lock", AWAITED),  # as caps count
         )  # fmt: skip
         return "parked" if written else "stale"
     status = context.status

@@ -2,9 +2,9 @@
 
 A paused run is a stored record with status ``"paused"`` (whoever ran it: the caller creates
 the record, a worker writes it under its epoch). Its correlation id, if the interrupt names one,
-finds it (``keys.correlation``), unique per reactor while it is paused. A timeout puts it in the
-due set at its deadline; the claim script lets a worker take a paused run only once that time has
-come, and the run then fails its interrupt step.
+finds it (``ExecutionStore.paused_by``), unique per reactor while it is paused. A timeout puts
+it in the due set at its deadline; the claim script lets a worker take a paused run only once
+that time has come, and the run then fails its interrupt step.
 
 ``resume`` validates the payload first (a bad one changes nothing), then takes the run out of
 ``paused`` with the same compare-and-set as the operations (a second resume finds it taken and
@@ -35,7 +35,6 @@ from py_reactor.runtime.execution import finish
 from py_reactor.runtime.transport import Transport
 from py_reactor.states import Status
 from py_reactor.storage import executions as stored_executions
-from py_reactor.storage import keys
 from py_reactor.storage.executions import ExecutionStore, StoredExecution
 
 __all__ = ["resume"]
@@ -102,7 +101,7 @@ def resume(
     where = mode or options_of(decl).resume
     status = Status.RUNNING if where == "inline" else Status.PENDING
     correlation = info.correlation_id if info is not None else None
-    index = "" if correlation is None else keys.correlation(stored.reactor, str(correlation))
+    index = None if correlation is None else (stored.reactor, str(correlation))
     epoch, previous = executions.take(stored.id, status, (Status.PAUSED,), correlation=index)
     if epoch <= 0:
         raise _refusal(

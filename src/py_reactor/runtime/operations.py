@@ -33,7 +33,6 @@ from py_reactor.runtime.transport import Transport
 from py_reactor.runtime.units import StoreUnits
 from py_reactor.states import Status, TraceKind
 from py_reactor.storage import executions as stored_executions
-from py_reactor.storage import keys
 from py_reactor.storage.executions import ExecutionStore, StoredExecution
 
 __all__ = ["cancel", "retry", "undo"]
@@ -153,7 +152,7 @@ def _take(
     allowed: tuple[Status, ...],
     verb: str,
     *,
-    correlation: str = "",
+    correlation: tuple[str, str] | None = None,
     once: str = "",
 ) -> int:
     epoch, previous = executions.take(
@@ -179,11 +178,11 @@ def _taken(executions: ExecutionStore, execution_id: str, context: Context) -> C
         return context
 
 
-def _index(context: Context) -> str:
-    """The correlation id key a run paused at an interrupt holds ("" when none)."""
+def _index(context: Context) -> tuple[str, str] | None:
+    """``(reactor, correlation id)`` a run paused at an interrupt holds (None when none)."""
     info = context.interrupts.get(context.paused_at or "")
     correlation = info.correlation_id if info is not None else None
-    return "" if correlation is None else keys.correlation(context.reactor, str(correlation))
+    return None if correlation is None else (context.reactor, str(correlation))
 
 
 def _refusal(

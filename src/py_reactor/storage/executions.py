@@ -220,21 +220,54 @@ class ExecutionStore:
         )
         return bool(self.store.run_script("execution_checkpoint", names, args))
 
+    def park(
+        self,
+        execution_id: str,
+        epoch: int,
+        context: str,
+        *,
+        waiting_on: dict[str, Any],
+        due_in: float,
+        primitive: str | None,
+        key: str | None,
+        limit: int | None = None,
+        bucket: str | None = None,
+        turn: str | None = None,
+        count: bool = False,
+    ) -> bool:
+        """Write the execution parked (``"waiting"``) if ``epoch`` is still the record's:
+        due in ``due_in`` seconds and, waiting on ``key`` of ``primitive``, in that key's
+        parked list (its release wakes it), due at once if the key is free by now (a
+        semaphore's ``limit``, a period's ``bucket``, an ordered lock's ``turn``,
+        ``"<epoch>:<number>"``, tell how to read that). A reader of an async unit (primitive
+        ``keys.AWAITED``) waits for execution ``key`` to end. No key: only the timer wakes it
+        (a retry's backoff, the store unavailable). ``count``: count one more park.
+
+        The key names are this module's to know, so a runner passes only what it waits on.
+        """
+        parked_on = None if primitive is None or key is None else keys.parked(primitive, key)
+        return self.checkpoint(
+            execution_id, epoch, context, Status.WAITING, waiting_on=waiting_on, due_in=due_in,
+            parked_on=parked_on, awaiting=key if primitive == keys.AWAITED else None,
+            free_if=keys.free_probe(primitive or "", key or "", limit, bucket, turn),
+            park=count,
+        )  # fmt: skip
+
     def take(
         self,
         execution_id: str,
         status: Status,
         allowed: tuple[Status, ...],
         *,
-        correlation: str = "",
+        correlation: tuple[str, str] | None = None,
         once: str = "",
     ) -> tuple[int, str]:
         """Take ``execution_id`` for an operation: set ``status`` if it is in one of
         ``allowed`` and no runner's lease is live (bumping the epoch, so a runner that claimed
         it before writes nothing more).
 
-        ``correlation``: the correlation id key (``keys.correlation``) the run holds while
-        paused at an interrupt, given up with the take. ``once``: a record field marking the
+        ``correlation``: ``(reactor, correlation id)`` the run holds while paused at an
+        interrupt, given up with the take. ``once``: a record field marking the
         operation done (``"undone"``): refused if it is set, set by the take.
 
         Returns:
@@ -247,7 +280,7 @@ class ExecutionStore:
             DUE_KEY,
             keys.parked(keys.AWAITED, execution_id),
             READY_KEY,
-            correlation,
+            "" if correlation is None else keys.correlation(*correlation),
         )
         epoch, previous = self.store.run_script(
             "execution_take", names, (execution_id, status, once, *allowed)
