@@ -14,16 +14,13 @@ from py_reactor.dsl.declaration import StepDeclaration
 from py_reactor.dsl.reactor import Reactor as DeclaredReactor
 from py_reactor.dsl.step import Step as DeclaredStep
 from py_reactor.dsl.step import declare_class_step
-from py_reactor.engine.context import running_context
-from py_reactor.engine.executor import run_reactor
 from py_reactor.engine.invoke import invoke_declaration
 from py_reactor.engine.results import Outcome
 from py_reactor.runtime import interrupts, operations
-from py_reactor.runtime.drive import background_run
+from py_reactor.runtime.drive import start
 from py_reactor.runtime.execution import Execution
 from py_reactor.runtime.execution import find as find_stored
 from py_reactor.runtime.execution import wait as wait_stored
-from py_reactor.runtime.units import StoreUnits
 from py_reactor.transport import current
 
 __all__ = ["Reactor", "Step", "cancel", "find", "resume", "retry", "run", "undo", "wait"]
@@ -32,11 +29,8 @@ __all__ = ["Reactor", "Step", "cancel", "find", "resume", "retry", "run", "undo"
 def run(cls: type[DeclaredReactor], inputs: Mapping[str, Any]) -> Outcome:
     """Run ``cls`` with ``inputs``: here, or up to its ``@background`` hand-off and then in a
     worker. A run started inside a step body is part of that execution and runs in place."""
-    transport = current()
     handoff = getattr(cls, "__py_reactor_handoff__", None)
-    if handoff and running_context() is None:  # nested in a step: it runs in place
-        return background_run(cls, inputs, handoff, transport=transport)
-    return run_reactor(cls, inputs, units=StoreUnits(transport))
+    return start(cls, inputs, transport=current(), handoff=handoff)
 
 
 def resume(

@@ -8,18 +8,15 @@ process.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
-from typing import Any
 
 from py_reactor.config import get_config
 from py_reactor.coordination.scope import Admission, Scope
 from py_reactor.dsl.reactor import Reactor
-from py_reactor.dsl.registry import class_path
 from py_reactor.engine._coordinate import emitter, held_by
 from py_reactor.engine.answers import Parked, StepFailure
 from py_reactor.engine.async_units import await_inputs
-from py_reactor.engine.context import Context, Status, running, running_context
-from py_reactor.engine.handoff import NO_UNITS, UnitBackend
+from py_reactor.engine.context import Context, Status, running
+from py_reactor.engine.handoff import UnitBackend
 from py_reactor.engine.results import (
     DispatchedResult,
     HaltedResult,
@@ -36,33 +33,7 @@ from py_reactor.observability import events as ev
 from py_reactor.observability.middleware import Middleware
 from py_reactor.states import TraceKind
 
-__all__ = ["execute", "run_reactor"]
-
-
-def run_reactor(
-    cls: type[Reactor],
-    inputs: Mapping[str, Any],
-    *,
-    units: UnitBackend | None = None,
-    retry_of: str | None = None,
-) -> Outcome:
-    """Start a new execution of ``cls`` with raw ``inputs`` and run it to its end.
-
-    Started from inside a running execution (a step body), the run is part of that execution:
-    it shares its root id and its registry of held keys, so it re-enters the holds. A new
-    execution that pauses at an interrupt is stored, for a resume from any process (a nested
-    run that pauses fails its step instead).
-    ``units``: the runtime's backend for async units and stored pauses (a nested run uses
-    its enclosing run's). ``retry_of``: the execution this new one retries (``Reactor.retry``).
-    """
-    path, raw = class_path(cls), dict(inputs)
-    parent = running_context()
-    context = Context(reactor=path, inputs=raw) if parent is None else parent.child(path, raw)
-    context.retry_of = retry_of
-    outcome = execute(cls, context, units=units)
-    if parent is None and isinstance(outcome, PausedResult):
-        (units or NO_UNITS).store_pause(outcome)
-    return outcome
+__all__ = ["execute"]
 
 
 def execute(

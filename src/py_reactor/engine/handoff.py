@@ -15,7 +15,7 @@ from py_reactor.errors import DispatchError
 if TYPE_CHECKING:
     from py_reactor.dsl.reactor import Reactor
     from py_reactor.engine.context import Context
-    from py_reactor.engine.results import Outcome, PausedResult
+    from py_reactor.engine.results import Outcome
 
 __all__ = ["NO_UNITS", "UnitBackend"]
 
@@ -43,10 +43,6 @@ class UnitBackend(Protocol):
             TimeoutError: it did not end within ``timeout`` seconds.
         """
 
-    def store_pause(self, outcome: PausedResult) -> None:
-        """Store a run that paused in the caller (created ``"paused"``), for a resume that may
-        come from any process."""
-
     def reserve(
         self, reactor: str, correlation_id: str, execution_id: str, deadline: float | None
     ) -> str | None:
@@ -73,9 +69,6 @@ class _NoUnits:
         raise self._refuse()
 
     def finish(self, execution_id: str, timeout: float | None) -> Outcome:
-        raise self._refuse()
-
-    def store_pause(self, outcome: PausedResult) -> None:
         raise self._refuse()
 
     def reserve(

@@ -22,7 +22,6 @@ import contextlib
 import logging
 import os
 import socket
-import time
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -31,20 +30,16 @@ from py_reactor.config import get_config
 from py_reactor.coordination.scope import Scope
 from py_reactor.dsl.reactor import Reactor
 from py_reactor.dsl.registry import class_path, lookup
-from py_reactor.engine.async_units import AWAITED
-from py_reactor.engine.context import Context, Status, running
+from py_reactor.engine.context import Context, Status, running, running_context
 from py_reactor.engine.executor import execute
 from py_reactor.engine.results import (
     DispatchedResult,
-    FailureResult,
     Outcome,
-    ParkedResult,
-    PausedResult,
     RollbackFailure,
 )
 from py_reactor.engine.run import StaleExecution, describe_exception
 from py_reactor.engine.serializer import dumps_context, loads_context
-from py_reactor.engine.waiter import Parking, Waiter
+from py_reactor.engine.waiter import BLOCKING, Parking, Waiter
 from py_reactor.errors import (
     ReactorError,
     ReactorNotImportableError,
@@ -54,8 +49,8 @@ from py_reactor.errors import (
 from py_reactor.observability import events as ev
 from py_reactor.observability.middleware import emit
 from py_reactor.observability.propagation import worker_run
-from py_reactor.runtime.execution import finish, outcome_to_dict
-from py_reactor.runtime.pauses import store_pause
+from py_reactor.runtime.execution import finish
+from py_reactor.runtime.journal import CallerJournal, Journal, StoredJournal, run_failure
 from py_reactor.runtime.pinning import foreign
 from py_reactor.runtime.transport import Transport
 from py_reactor.runtime.units import StoreUnits, dispatch
@@ -64,11 +59,11 @@ from py_reactor.storage import executions as stored_executions
 from py_reactor.storage.executions import ExecutionStore, StoredExecution
 
 __all__ = [
-    "background_run",
     "dispatch",
     "drive",
     "recovery_pass",
     "run_execution",
+    "start",
     "worker_name",
 ]
 
@@ -88,38 +83,58 @@ def worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
 
-def background_run(
+def start(
     cls: type[Reactor],
     inputs: Mapping[str, Any],
-    handoff: str,
     *,
     transport: Transport,
+    handoff: str | None = None,
     retry_of: str | None = None,
 ) -> Outcome:
-    """``cls.run()`` of a ``@background`` reactor: the steps before ``handoff`` in the caller,
-    then persist and dispatch. Returns the caller's failure or halt if it came to one.
-    ``retry_of``: the execution this new one retries (``Reactor.retry``)."""
-    context = Context(reactor=class_path(cls), inputs=dict(inputs), retry_of=retry_of)
-    first = cls.__py_reactor_order__[0] if cls.__py_reactor_order__ else None
-    if handoff == first:  # the whole run is the worker's: nothing is taken in the caller
+    """``cls.run(**inputs)``: a new execution driven in the caller, up to its ``handoff`` step
+    if it has one (``@background``), then stored and dispatched to a worker.
+
+    Started from inside a running execution (a step body), the run is part of that execution:
+    it shares its root id and its registry of held keys (so it re-enters the holds), runs in
+    place whatever its hand-off, and stores nothing of its own (a pause fails the step).
+    ``retry_of``: the execution this new one retries (``Reactor.retry``).
+    """
+    path, raw = class_path(cls), dict(inputs)
+    parent = running_context()
+    if parent is not None:
+        context = parent.child(path, raw)
+        return _in_caller(cls, context, CallerJournal(transport, nested=True), transport)
+    context = Context(reactor=path, inputs=raw, retry_of=retry_of)
+    journal = CallerJournal(transport)
+    order = cls.__py_reactor_order__
+    if handoff is not None and order and handoff == order[0]:
+        # The whole run is the worker's: nothing is taken in the caller but its ordered turn.
         try:
             context.inputs = cls.__py_reactor_contract__.validate(
                 context.inputs, reactor=cls.__py_reactor_name__
             )
         except ReactorError:  # the same failure outcome a run in place gives
-            return execute(cls, context, units=StoreUnits(transport))
+            return _in_caller(cls, context, journal, transport)
         _take_ordered_position(cls, context)
         context.status = Status.PENDING
-        outcome: Outcome = DispatchedResult(context, finish=finish)
-    else:
-        outcome = execute(cls, context, handoff=handoff, units=StoreUnits(transport))
-    if isinstance(outcome, PausedResult):  # at an interrupt before the hand-off: stored paused
-        store_pause(outcome, transport=transport)
-    if isinstance(outcome, DispatchedResult):
-        try:
-            dispatch(cls, context, transport)
-        except ReactorError as exc:  # nothing was enqueued; what it holds lapses by its ttl
-            return _run_failure(context, exc, cls.__py_reactor_name__, inputs=context.inputs)
+        return journal.commit(cls, context, DispatchedResult(context, finish=finish))[0]
+    return _in_caller(cls, context, journal, transport, handoff)
+
+
+def _in_caller(
+    cls: type[Reactor],
+    context: Context,
+    journal: Journal,
+    transport: Transport,
+    handoff: str | None = None,
+) -> Outcome:
+    """``drive()`` in the caller: it blocks where a worker would park, and raises a store
+    outage a worker would leave to recovery, so there is always an outcome."""
+    outcome, _ = drive(
+        cls, context, waiter=BLOCKING, journal=journal, transport=transport, handoff=handoff
+    )
+    if outcome is None:  # pragma: no cover - only a stale worker's run answers nothing
+        raise RuntimeError(f"{cls.__py_reactor_name__}: a run in the caller answered nothing")
     return outcome
 
 
@@ -222,7 +237,8 @@ def run_execution(
         on_claim(execution_id, epoch)
     try:
         with worker_run(context):  # middleware sees the run start and end (trace context, wake)
-            _, became = drive(executions, cls, context, epoch, waiter=waiter, transport=transport)
+            journal = StoredJournal(executions, epoch)
+            _, became = drive(cls, context, waiter=waiter, journal=journal, transport=transport)
     finally:
         if on_claim is not None:
             on_claim(execution_id, None)
@@ -230,28 +246,29 @@ def run_execution(
 
 
 def drive(
-    executions: ExecutionStore,
     cls: type[Reactor],
     context: Context,
-    epoch: int,
     *,
     waiter: Waiter,
+    journal: Journal,
     transport: Transport,
+    handoff: str | None = None,
 ) -> tuple[Outcome | None, str]:
-    """Run a claimed execution (``epoch``) on from where ``context`` stopped, then store how it
-    ended with one write: finished, parked or paused (compare-and-set on the epoch). The one
-    path of every stored run, whoever runs it: a worker (``Parking`` waiter) or an inline
-    resume in the caller (``Blocking``). Returns the outcome (None when nothing could be
-    stored) and what became of the execution.
+    """Run ``cls`` on from where ``context`` stopped, then write how it ended with one write
+    (``journal``). The one path of every run, whoever runs it: a new run in the caller
+    (``Blocking`` waiter, :class:`CallerJournal`: stored only if it pauses or hands off at
+    ``handoff``), a worker's claimed run (``Parking``, :class:`StoredJournal` under its epoch)
+    and an inline resume (``Blocking``, :class:`StoredJournal`). Returns the outcome (None
+    when nothing could be written) and what became of the execution.
 
     A store outage the run did not suspend on leaves a worker's execution to lease recovery,
     from its last checkpoint (nothing was rolled back); in the caller it raises. An interrupt
-    (KeyboardInterrupt, SystemExit) stores the run ``aborted`` (no rollback ran: undo it
-    later) and propagates.
+    (KeyboardInterrupt, SystemExit) is written as the journal says (a stored run: ``aborted``,
+    no rollback ran, undo it later) and propagates.
     """
     execution_id = context.execution_id
     try:
-        outcome = execute(cls, context, waiter=waiter, units=StoreUnits(transport))
+        outcome = execute(cls, context, waiter=waiter, handoff=handoff, units=StoreUnits(transport))
     except StaleExecution:
         logger.warning("py_reactor: execution %s was claimed by another runner", execution_id)
         return None, "stale"
@@ -260,12 +277,12 @@ def drive(
             raise
         return None, _left_to_recovery(execution_id, exc)
     except SerializationError as exc:
-        outcome = _run_failure(context, exc, cls.__py_reactor_name__)
+        outcome = run_failure(context, exc, cls.__py_reactor_name__)
     except BaseException as exc:  # SystemExit, KeyboardInterrupt in a step: no rollback ran
-        _settle(executions, execution_id, epoch, context, aborted_outcome(cls, context, exc))
+        journal.abort(cls, context, exc)
         raise
     try:
-        return outcome, _settle(executions, execution_id, epoch, context, outcome)
+        return journal.commit(cls, context, outcome)
     except StoreUnavailableError as exc:  # how it ended (a suspension too) cannot be written
         if not waiter.parks:
             raise
@@ -281,75 +298,6 @@ def _left_to_recovery(execution_id: str, exc: StoreUnavailableError) -> str:
         exc,
     )
     return "store unavailable"
-
-
-def _settle(
-    executions: ExecutionStore, execution_id: str, epoch: int, context: Context, outcome: Outcome
-) -> str:
-    """Store how the run ended: parked (due later, woken by the key's release) or terminal."""
-    try:
-        text = dumps_context(context)
-    except SerializationError as exc:
-        text = dumps_context(Context(reactor=context.reactor, inputs={}, execution_id=execution_id))
-        outcome = _run_failure(context, exc, context.reactor)
-    if isinstance(outcome, PausedResult):  # at an interrupt: until a resume, or its timeout
-        written = store_pause(outcome, epoch=epoch, executions=executions)
-        return "paused" if written else "stale"
-    if isinstance(outcome, ParkedResult):
-        stop = outcome.parked
-        waiting_on = {
-            "step": stop.step,
-            "primitive": stop.primitive,
-            "key": stop.key,
-            "attempt": stop.attempt,
-            "until": _until(stop.delay),
-        }
-        keyed = stop.primitive is not None and stop.key is not None  # else only the timer wakes
-        written = executions.park(
-            execution_id, epoch, text, waiting_on=waiting_on, due_in=stop.delay,
-            primitive=stop.primitive, key=stop.key, limit=stop.limit, bucket=stop.bucket,
-            turn=stop.turn,
-            count=keyed and stop.primitive not in ("ordered_lock", AWAITED),  # as caps count
-        )  # fmt: skip
-        return "parked" if written else "stale"
-    status = context.status
-    written = executions.checkpoint(
-        execution_id, epoch, text, status, outcome=outcome_to_dict(outcome)
-    )
-    return status if written else "stale"
-
-
-def aborted_outcome(cls: type[Reactor], context: Context, exc: BaseException) -> FailureResult:
-    """The outcome stored for a run interrupted in a worker (no rollback ran: undo it later)."""
-    return _run_failure(
-        context, exc, cls.__py_reactor_name__, inputs=context.inputs, status=Status.ABORTED
-    )
-
-
-def _run_failure(
-    context: Context,
-    exc: BaseException,
-    reactor_name: str,
-    *,
-    inputs: dict[str, Any] | None = None,
-    status: Status = Status.FAILED,
-) -> FailureResult:
-    """The outcome of a run that failed (or was cut off) outside any step, ``context`` marked
-    ``status``; the exception is named as a run in place names it."""
-    context.status = status
-    return FailureResult(
-        context,
-        error=exc,
-        step_name=None,
-        reactor_name=reactor_name,
-        exception_class=describe_exception(exc)[0],
-        inputs=inputs,
-    )
-
-
-def _until(delay: float | None) -> float:
-
-    return time.time() + (delay or 0)
 
 
 def _left(executions: ExecutionStore, stored: StoredExecution) -> bool:

@@ -32,6 +32,7 @@ from py_reactor.engine.waiter import BLOCKING
 from py_reactor.errors import InputValidationError, ResumeError
 from py_reactor.runtime.drive import drive, revive
 from py_reactor.runtime.execution import finish
+from py_reactor.runtime.journal import StoredJournal
 from py_reactor.runtime.transport import Transport
 from py_reactor.states import Status
 from py_reactor.storage import executions as stored_executions
@@ -127,7 +128,8 @@ def _run_here(
 ) -> Outcome:
     """Run the resumed execution on in this process (blocking where a worker would park), and
     store how it ended or paused again: Ctrl-C in a step stores it aborted and re-raises."""
-    outcome, _ = drive(executions, cls, context, epoch, waiter=BLOCKING, transport=transport)
+    journal = StoredJournal(executions, epoch)
+    outcome, _ = drive(cls, context, waiter=BLOCKING, journal=journal, transport=transport)
     assert outcome is not None  # in the caller, a store outage raises instead
     return outcome
 

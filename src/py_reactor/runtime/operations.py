@@ -21,16 +21,14 @@ from typing import Any
 from py_reactor.config import get_config
 from py_reactor.engine.compensation import undo_completed
 from py_reactor.engine.context import Context, running
-from py_reactor.engine.executor import run_reactor
 from py_reactor.engine.release import release_ledger
 from py_reactor.engine.results import CancelledResult, Outcome
 from py_reactor.engine.run import Run
 from py_reactor.engine.serializer import dumps_context, loads_context
 from py_reactor.errors import ExecutionStateError, ReactorError, SerializationError
-from py_reactor.runtime.drive import background_run, revive
+from py_reactor.runtime.drive import revive, start
 from py_reactor.runtime.execution import Execution, outcome_to_dict, snapshot
 from py_reactor.runtime.transport import Transport
-from py_reactor.runtime.units import StoreUnits
 from py_reactor.states import Status, TraceKind
 from py_reactor.storage import executions as stored_executions
 from py_reactor.storage.executions import ExecutionStore, StoredExecution
@@ -127,12 +125,7 @@ def retry(execution_id: str, transport: Transport) -> Outcome:
         raise _refusal(stored, "retried", RETRYABLE)
     cls, context = revive(stored)
     handoff = getattr(cls, "__py_reactor_handoff__", None)
-    if handoff:
-        outcome = background_run(
-            cls, context.inputs, handoff, transport=transport, retry_of=stored.id
-        )
-    else:  # a pause is stored there
-        outcome = run_reactor(cls, context.inputs, units=StoreUnits(transport), retry_of=stored.id)
+    outcome = start(cls, context.inputs, transport=transport, handoff=handoff, retry_of=stored.id)
     executions.annotate(stored.id, retried_by=outcome.execution_id)
     return outcome
 

@@ -8,12 +8,11 @@ from typing import Any
 from py_reactor.dsl.reactor import Reactor
 from py_reactor.dsl.registry import class_path
 from py_reactor.engine.context import Context, Status
-from py_reactor.engine.results import FailureResult, Outcome, PausedResult
+from py_reactor.engine.results import FailureResult, Outcome
 from py_reactor.engine.serializer import dumps_context
 from py_reactor.observability.propagation import dispatching
 from py_reactor.runtime.execution import ended, finish
 from py_reactor.runtime.execution import wait as wait_for
-from py_reactor.runtime.pauses import store_pause
 from py_reactor.runtime.transport import Transport
 from py_reactor.storage import executions as stored_executions
 
@@ -41,9 +40,6 @@ class StoreUnits:
             return None
         except LookupError as exc:
             return _gone(execution_id, exc)
-
-    def store_pause(self, outcome: PausedResult) -> None:
-        store_pause(outcome, transport=self.transport)
 
     def finish(self, execution_id: str, timeout: float | None) -> Outcome:
         return finish(execution_id, timeout)
