@@ -23,7 +23,8 @@ import logging
 import os
 import socket
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from typing import Any
 
 from py_reactor.config import get_config
@@ -236,13 +237,18 @@ def run_execution(
     if on_claim is not None:
         on_claim(execution_id, epoch)
     try:
-        with worker_run(context):  # middleware sees the run start and end (trace context, wake)
-            journal = StoredJournal(executions, epoch)
-            _, became = drive(cls, context, waiter=waiter, journal=journal, transport=transport)
+        journal = StoredJournal(executions, epoch)
+        _, became = drive(  # middleware sees the run start and end (trace context, wake)
+            cls, context, waiter=waiter, journal=journal, transport=transport, around=worker_run
+        )
     finally:
         if on_claim is not None:
             on_claim(execution_id, None)
     return became
+
+
+def _nothing_around(context: Context) -> AbstractContextManager[None]:
+    return contextlib.nullcontext()
 
 
 def drive(
@@ -253,6 +259,7 @@ def drive(
     journal: Journal,
     transport: Transport,
     handoff: str | None = None,
+    around: Callable[[Context], AbstractContextManager[None]] = _nothing_around,
 ) -> tuple[Outcome | None, str]:
     """Run ``cls`` on from where ``context`` stopped, then write how it ended with one write
     (``journal``). The one path of every run, whoever runs it: a new run in the caller
@@ -265,10 +272,17 @@ def drive(
     from its last checkpoint (nothing was rolled back); in the caller it raises. An interrupt
     (KeyboardInterrupt, SystemExit) is written as the journal says (a stored run: ``aborted``,
     no rollback ran, undo it later) and propagates.
+
+    ``around(context)`` brackets the engine's part only, so that what it writes into the
+    context (the middleware's ``worker_run`` hooks: the trace context, the park link) is in
+    the one write that follows.
     """
     execution_id = context.execution_id
     try:
-        outcome = execute(cls, context, waiter=waiter, handoff=handoff, units=StoreUnits(transport))
+        with around(context):
+            outcome = execute(
+                cls, context, waiter=waiter, handoff=handoff, units=StoreUnits(transport)
+            )
     except StaleExecution:
         logger.warning("py_reactor: execution %s was claimed by another runner", execution_id)
         return None, "stale"
