@@ -9,6 +9,7 @@ the message text; ``exception_class`` always names it.
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 import time
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ from py_reactor.engine.results import (
     SuccessResult,
 )
 from py_reactor.engine.serializer import loads_context
-from py_reactor.errors import SerializationError
+from py_reactor.errors import ReactorError, SerializationError
 from py_reactor.states import Status
 from py_reactor.storage import executions as stored_executions
 from py_reactor.storage.executions import ExecutionStore, StoredExecution
@@ -176,6 +177,7 @@ def outcome_to_dict(outcome: Outcome) -> dict[str, Any]:
         error = outcome.error
         data.update(
             error=str(error),
+            error_fields=_error_fields(error),
             exception_class=outcome.exception_class,
             step_name=outcome.step_name,
             reactor_name=outcome.reactor_name,
@@ -208,7 +210,9 @@ def outcome_from_dict(data: dict[str, Any], context: Context) -> Outcome:
         )
     return FailureResult(
         context,
-        error=_error(data.get("exception_class"), str(data.get("error", ""))),
+        error=_error(
+            data.get("exception_class"), str(data.get("error", "")), data.get("error_fields")
+        ),
         step_name=data.get("step_name"),
         reactor_name=str(data.get("reactor_name") or context.reactor.rpartition(":")[2]),
         exception_class=data.get("exception_class"),
@@ -236,19 +240,47 @@ def _child(data: dict[str, Any], context: Context) -> FailureResult | None:
     return rebuilt if isinstance(rebuilt, FailureResult) else None
 
 
-def _error(exception_class: str | None, message: str) -> Any:
-    """An instance of ``exception_class`` carrying ``message``, else the message text."""
+def _error_fields(error: Any) -> dict[str, Any]:
+    """What a py_reactor error carries besides its message (``primitive``, ``key``,
+    ``reactor``, ``step``, ``retry_after``, ``errors``, ...), JSON-safe, so that the rebuilt
+    error is the one the run raised, not only its text."""
+    if not isinstance(error, ReactorError):
+        return {}
+    fields = {
+        name: value
+        for name, value in vars(error).items()
+        if not name.startswith("_") and name != "message"
+    }
+    return dict(_jsonable(fields))
+
+
+def _error(exception_class: str | None, message: str, fields: Any = None) -> Any:
+    """An instance of ``exception_class`` carrying ``message`` (and, for a py_reactor error,
+    the ``fields`` it was stored with), else the message text."""
     if not exception_class:
         return message
     module_name, _, name = exception_class.rpartition(".")
+    known = fields if isinstance(fields, dict) else {}
     try:
         module = importlib.import_module(module_name or "builtins")
         cls = getattr(module, name)
-        if isinstance(cls, type) and issubclass(cls, BaseException):
+        if not (isinstance(cls, type) and issubclass(cls, BaseException)):
+            return message
+        if not issubclass(cls, ReactorError):
             return cls(message)
+        accepted = inspect.signature(cls).parameters
+        given = {
+            key: value
+            for key, value in known.items()
+            if key in accepted and accepted[key].kind is inspect.Parameter.KEYWORD_ONLY
+        }
+        error = cls(message, **given)
+        for key, value in known.items():
+            if key not in given:
+                setattr(error, key, value)  # set after the constructor (a park count, ...)
+        return error
     except Exception:
-        pass
-    return message
+        return message
 
 
 def _jsonable(value: Any) -> Any:
