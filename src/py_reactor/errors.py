@@ -333,3 +333,14 @@ class StaleExecution(Exception):
     Not part of the error tree: the runtime catches it and no user ever sees it (middleware
     may, as the error that ended a run's spans).
     """
+
+
+#: The coordination errors that mean "busy now" (not a bad key, not an unreachable store): a
+#: worker parks on them, and logs and test helpers report them as contention.
+CONTENTION: tuple[type[CoordinationError], ...] = (
+    LockAcquisitionError,
+    SemaphoreAcquisitionError,
+    RateLimitExceededError,
+    PeriodBusyError,
+    OrderedLockWaitError,
+)

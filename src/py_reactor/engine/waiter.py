@@ -28,12 +28,9 @@ from py_reactor.config import get_config
 from py_reactor.engine.answers import STORE, Parked
 from py_reactor.engine.context import Context
 from py_reactor.errors import (
+    CONTENTION,
     CoordinationError,
-    LockAcquisitionError,
     OrderedLockWaitError,
-    PeriodBusyError,
-    RateLimitExceededError,
-    SemaphoreAcquisitionError,
     StoreUnavailableError,
 )
 from py_reactor.observability import events as ev
@@ -44,14 +41,6 @@ if TYPE_CHECKING:
 
 __all__ = ["BLOCKING", "CONTENTION", "Blocking", "Parking", "Waiter", "backstop", "park"]
 
-#: The errors that mean "busy now" (not a bad key, not an unreachable store).
-CONTENTION = (
-    LockAcquisitionError,
-    SemaphoreAcquisitionError,
-    RateLimitExceededError,
-    PeriodBusyError,
-    OrderedLockWaitError,
-)
 
 _sleep = time.sleep  # module-level so tests can swap in a fake clock
 

@@ -21,14 +21,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from py_reactor.errors import (
-    HandoffRefusedError,
-    LockAcquisitionError,
-    OrderedLockWaitError,
-    PeriodBusyError,
-    RateLimitExceededError,
-    SemaphoreAcquisitionError,
-)
+from py_reactor.errors import CONTENTION, HandoffRefusedError
 from py_reactor.observability import events as ev
 from py_reactor.observability.middleware import Middleware
 from py_reactor.observability.propagation import HandoffHooks, qualname_of, wake_of
@@ -38,14 +31,6 @@ if TYPE_CHECKING:
 
 __all__ = ["LoggingMiddleware", "render"]
 
-#: The errors that mean "still busy" (engine.waiter.CONTENTION).
-_CONTENTION = (
-    LockAcquisitionError,
-    SemaphoreAcquisitionError,
-    RateLimitExceededError,
-    PeriodBusyError,
-    OrderedLockWaitError,
-)
 _NEEDS_QUOTES = frozenset(' \t\n\r"=\\')
 
 
@@ -157,13 +142,13 @@ class LoggingMiddleware(Middleware, HandoffHooks):
                     "error": str(error),
                 },
             )
-        elif isinstance(error, _CONTENTION):
+        elif isinstance(error, CONTENTION):
             self._give_up(event, error)
 
     def on_reactor_failed(self, event: ev.ReactorFailed) -> None:
         """``event=give_up`` for the reactor's own coordination (a step's was logged when the
         step failed)."""
-        if isinstance(event.error, _CONTENTION):
+        if isinstance(event.error, CONTENTION):
             self._give_up(event, event.error)
 
     def _give_up(self, event: ev.Event, error: Any) -> None:

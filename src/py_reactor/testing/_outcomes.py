@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from py_reactor.engine.results import FailureResult, HaltedResult, Outcome
+from py_reactor.errors import CONTENTION as CONTENTION_ERRORS
 from py_reactor.states import Status, TraceKind
 from py_reactor.testing._describe import (
     MISSING,
@@ -44,14 +45,8 @@ __all__ = [
 
 #: The rollback failure reasons a rollback records.
 ROLLBACK_REASONS = ("returned_failure", "raised", "coordination_unavailable")
-#: The errors that mean a key was busy (not a bad key, not an unreachable store).
-CONTENTION = (
-    "LockAcquisitionError",
-    "SemaphoreAcquisitionError",
-    "RateLimitExceededError",
-    "PeriodBusyError",
-    "OrderedLockWaitError",
-)
+#: The names of the errors that mean a key was busy (not a bad key, not an unreachable store).
+CONTENTION = tuple(error.__name__ for error in CONTENTION_ERRORS)
 
 
 def _ended(found: Subject, helper: str) -> Outcome:
