@@ -20,7 +20,7 @@ from py_reactor.engine.results import (
 )
 from py_reactor.engine.run import Run
 
-__all__ = ["RESUMES", "ReactorUnit", "ended_as", "paused_signal"]
+__all__ = ["RESUMES", "NestedUnit", "ReactorUnit", "ended_as", "paused_signal"]
 
 #: A child context in one of these statuses carries on where it stopped (not built anew).
 RESUMES = (Status.WAITING, Status.PAUSED)
@@ -45,9 +45,11 @@ def ended_as(outcome: Outcome) -> Success | Halt | Parked | Paused | None:
     return None
 
 
-class ReactorUnit:
-    """Runs a composed child reactor; its own failure rolls it back, so ``compensate`` and
-    ``undo`` have nothing left to do here (rollback undoes a completed child)."""
+class NestedUnit:
+    """A step that runs a reactor nested in the run (``Run.nest``): a composed child, a map's
+    elements. Their failures roll themselves back and rollback undoes what they completed (it
+    knows the step's kind), so ``guard``, ``compensate`` and ``undo`` have nothing to do here.
+    ``child``: the failure outcome of the nested run that failed the step, if one did."""
 
     __slots__ = ("child", "decl", "name", "parent", "values")
 
@@ -56,10 +58,22 @@ class ReactorUnit:
         self.name = name
         self.values = values
         self.parent = parent
-        self.child: Any = None  # the child's failure outcome, once it failed
+        self.child: Any = None
 
     def guard(self) -> Any:
         return None
+
+    def compensate(self, error: Any) -> Any:
+        return None
+
+    def undo(self, result: Any) -> Any:
+        return None
+
+
+class ReactorUnit(NestedUnit):
+    """Runs a composed child reactor in the parent's execution."""
+
+    __slots__ = ()
 
     def run(self) -> Any:
         child_cls = self.decl.target
@@ -76,9 +90,3 @@ class ReactorUnit:
             self.parent.rollback_failures.append(nested_failure(self.name, failure))
         self.child = outcome
         return Failure(outcome.error, retryable=getattr(outcome, "retryable", False))
-
-    def compensate(self, error: Any) -> Any:
-        return None
-
-    def undo(self, result: Any) -> Any:
-        return None

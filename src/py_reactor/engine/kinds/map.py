@@ -13,7 +13,6 @@ from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
 
-from py_reactor.dsl.declaration import StepDeclaration
 from py_reactor.dsl.map import MapResult, fans_out
 from py_reactor.dsl.reactor import ITEMS
 from py_reactor.dsl.registry import class_path
@@ -21,28 +20,18 @@ from py_reactor.dsl.signals import Failure, Success
 from py_reactor.dsl.sources import Element
 from py_reactor.engine._fan_out import FanOut
 from py_reactor.engine.context import Status, element_key
-from py_reactor.engine.kinds.compose import RESUMES, ended_as
+from py_reactor.engine.kinds.compose import RESUMES, NestedUnit, ended_as
 from py_reactor.engine.resolve import read_source
 from py_reactor.engine.results import nested_failure
-from py_reactor.engine.run import Run
 
 __all__ = ["MapUnit"]
 
 
-class MapUnit:
-    """Runs a map step's child reactor once per element (see the module)."""
+class MapUnit(NestedUnit):
+    """Runs a map step's child reactor once per element (see the module); ``child`` is the
+    failing element's outcome (``fail_fast``)."""
 
-    __slots__ = ("child", "decl", "name", "parent", "values")
-
-    def __init__(self, decl: StepDeclaration, name: str, values: dict[str, Any], parent: Run):
-        self.decl = decl
-        self.name = name
-        self.values = values
-        self.parent = parent
-        self.child: Any = None  # the failing element's outcome (fail_fast)
-
-    def guard(self) -> Any:
-        return None
+    __slots__ = ()
 
     def run(self) -> Any:
         child_cls = self.decl.target
@@ -115,9 +104,3 @@ class MapUnit:
             for arg, value in self.values.items()
             if arg != ITEMS
         }
-
-    def compensate(self, error: Any) -> Any:
-        return None  # rollback undoes the elements (it knows the map's kind)
-
-    def undo(self, result: Any) -> Any:
-        return None
