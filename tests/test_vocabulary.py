@@ -43,8 +43,8 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     ("observability/otel.py", "on_undo_completed", "undo"): "span kind",
     ("observability/otel.py", "on_undo_failed", "undo"): "span kind",
     # how a fan-out window stopped (failed | halted | refused): the window's own field
-    ("engine/_fan_out.py", "_finish", "failed"): "fan-out stop",
-    ("engine/_fan_out.py", "_finish", "halted"): "fan-out stop",
+    ("engine/kinds/fan_out.py", "_finish", "failed"): "fan-out stop",
+    ("engine/kinds/fan_out.py", "_finish", "halted"): "fan-out stop",
     # an outcome handed to a worker: what the caller sees, not a stored Status
     ("engine/results.py", "<module>", "dispatched"): "outcome status",
     ("engine/results.py", "<module>", "parked"): "slot name",

@@ -13,7 +13,6 @@ from py_reactor import Reactor, Result, Status, dumps_context, loads_context, st
 from py_reactor.dsl.interrupt import interrupt
 from py_reactor.engine import Context
 from py_reactor.engine.executor import execute
-from py_reactor.engine.scheduler import _fork, _merge_books
 from py_reactor.engine.state import (
     BOOKKEEPING,
     FanOutStop,
@@ -23,6 +22,7 @@ from py_reactor.engine.state import (
     UnitRef,
     UnitWait,
 )
+from py_reactor.engine.walk import _fork, _merge_books
 from py_reactor.errors import SerializationError
 
 #: A paused run of ``Review`` written by the previous release's ``dumps_context`` (schema 2),

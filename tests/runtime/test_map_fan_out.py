@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from py_reactor import Lock, MapResult, Middleware, configure, find
-from py_reactor.engine._fan_out import element_id
 from py_reactor.engine.context import Context
+from py_reactor.engine.kinds.fan_out import element_id
 from py_reactor.errors import HandoffRefusedError
 from py_reactor.observability import events as ev
 from py_reactor.storage import current_store

@@ -19,8 +19,8 @@ import pytest
 import redis
 
 from py_reactor import Lock, MapResult, Middleware, configure, find
-from py_reactor.engine._fan_out import element_id
 from py_reactor.engine.context import Context
+from py_reactor.engine.kinds.fan_out import element_id
 from py_reactor.observability import events as ev
 from tests.transport import _celery_map_reactors as c
 from tests.transport.test_celery import Worker, on_queue, records, serving, until

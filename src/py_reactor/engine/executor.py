@@ -25,9 +25,9 @@ from py_reactor.engine.results import (
     PausedResult,
 )
 from py_reactor.engine.run import Run
-from py_reactor.engine.scheduler import walk
 from py_reactor.engine.stepping import fail, parked
 from py_reactor.engine.waiter import BLOCKING, Waiter
+from py_reactor.engine.walk import walk
 from py_reactor.errors import CoordinationError, InputValidationError
 from py_reactor.observability import events as ev
 from py_reactor.observability.middleware import Middleware

@@ -3,11 +3,12 @@
 Each element is dispatched exactly as an ``async_reactor`` unit is (``engine.async_units``): an
 execution of its own, run by a worker (the thread worker, or Celery), whose id is derived from
 the run's id and ``"<step>[<i>]"`` (so a run that dispatches again after a crash sends nothing
-twice) and which takes its own coordination under its own owner (that id). The map step keeps
-a window: at most ``batch_size`` elements dispatched and not yet known to have ended, in index
-order. When the window is full (or everything is dispatched) it waits for the oldest element
-still in flight, through the same wait a reader of an async unit does: in the caller a blocking
-wait (``async_wait_timeout``); in a worker a short grace, then it *parks* on that element
+twice) and which takes its own coordination under its own owner (that id). The elements go
+through the one scheduler (``engine.scheduler``) as a plain reactor's steps do, in index order,
+each launched by dispatching it: at most ``batch_size`` dispatched and not yet known to have
+ended. When that window is full (or everything is dispatched) the scheduler waits for the oldest
+element still in flight, through the same wait a reader of an async unit does: in the caller
+a blocking wait (``async_wait_timeout``); in a worker a short grace, then it *parks* on it
 (primitive ``"async_unit"``), giving the thread back, and the element's end wakes it.
 
 What was dispatched and what ended lives in the run's ``context.fan_out[<step>]`` (a
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from py_reactor.coordination.holds import HELD
 from py_reactor.dsl.declaration import StepDeclaration, StepKind
@@ -40,6 +41,7 @@ from py_reactor.engine.async_units import (
 from py_reactor.engine.context import Context, element_key
 from py_reactor.engine.results import nested_failure
 from py_reactor.engine.run import Run
+from py_reactor.engine.scheduler import Scheduler
 from py_reactor.engine.state import FanOutStop, FanOutWindow, UnitOrigin
 from py_reactor.errors import (
     ArgumentResolutionError,
@@ -64,15 +66,16 @@ def element_id(context: Context, key: str) -> str:
     return unit_id(context, key)
 
 
-class FanOut:
-    """One map step's elements, fanned out as worker jobs, in one run (fresh or resumed).
+class FanOut(Scheduler[int]):
+    """One map step's elements, fanned out as worker jobs, in one run (fresh or resumed), on
+    the one scheduler: an element is launched by dispatching it, at most ``batch_size`` are in
+    flight, they start and settle in index order, and waiting for them means waiting for the
+    oldest (which in a worker may park the run).
 
     ``inputs_of(element)`` gives the child's inputs for one element (the step's resolved
     wiring, ``Element`` read from it). After :meth:`run_elements`, ``child`` is the failed element's
     own failure outcome when the step failed on one (``fail_fast``).
     """
-
-    __slots__ = ("_failure", "_refusal", "child", "decl", "elements", "inputs_of", "name", "run")
 
     def __init__(
         self,
@@ -87,11 +90,11 @@ class FanOut:
         self.decl = decl
         self.elements = elements
         self.inputs_of = inputs_of
+        self.limit = decl.batch_size
+        self.state = FanOutWindow(count=len(elements))
         self.child: Outcome | None = None
         self._failure: Outcome | None = None  # the stopping element's outcome, if seen here
         self._refusal: ReactorError | None = None  # a dispatch the store refused, if here
-
-    # -- the loop ---------------------------------------------------------------------------
 
     def run_elements(self) -> Success | Failure | Halt | Parked:
         """Dispatch and wait for the elements until all ended (or one stopped the step); a
@@ -108,35 +111,52 @@ class FanOut:
         elif state.count != count:
             self._forget()
             return Failure(self._changed(state.count, count), retryable=False)
-        backend = self.run.units
-        batch = self.decl.batch_size
-        while True:
-            while state.low < state.sent:  # the front of the window, without waiting
-                ended = backend.wait(self._id(state.low), 0)
-                if ended is None:
-                    break
-                self._settle(state, ended)
-            while state.stop is None and state.sent < count:
-                if state.sent - state.low >= batch:
-                    break  # the window is full: wait for its oldest element below
-                self._dispatch(state)
-            if state.low == state.sent and (state.sent == count or state.stop is not None):
-                return self._finish(state)
-            index = state.low
-            key = self._key(index)
-            ended = _wait(self.run, key, self._id(index), self.name, True, report=False)
-            if isinstance(ended, Parked):
-                return ended
-            if isinstance(ended, StepFailure):  # waited (or parked) too long for the element
-                context.unit_waits.pop(key, None)
-                self._forget()
-                self.run.rollback_failures.extend(state.rollback_failures)
-                return Failure(ended.error, retryable=False)
-            self._settle(state, ended)
+        self.state = state
+        stopped = self.schedule(list(range(state.sent, count)))
+        if isinstance(stopped, Parked):
+            return stopped
+        if isinstance(stopped, StepFailure):  # waited (or parked) too long for the element
+            context.unit_waits.pop(self._key(state.low), None)
+            self._forget()
+            self.run.rollback_failures.extend(state.rollback_failures)
+            return Failure(stopped.error, retryable=False)
+        return self._finish(state)
 
-    def _settle(self, state: FanOutWindow, ended: Outcome) -> None:
-        """Take the oldest element in flight's outcome into the run (it has ended)."""
+    # -- the scheduler's hooks (``engine.scheduler``) ----------------------------------------
+
+    @property
+    def stopping(self) -> bool:
+        """An element failed (``fail_fast``), halted, or could not be dispatched."""
+        return self.state.stop is not None
+
+    def in_flight(self) -> int:
+        return self.state.sent - self.state.low
+
+    def launch(self, item: int) -> None:
+        self._dispatch(self.state)
+
+    def ended(self) -> list[tuple[int, object]] | object:
+        """The elements at the front of the window that have ended, without waiting; if none
+        has, the oldest one's end waited for: an outcome, or a park (in a worker) or a
+        timeout's failure, which stop the walk here."""
+        state = self.state
+        front: list[tuple[int, object]] = []
+        for index in range(state.low, state.sent):
+            outcome = self.run.units.wait(self._id(index), 0)
+            if outcome is None:
+                break
+            front.append((index, outcome))
+        if front:
+            return front
         index = state.low
+        outcome = _wait(self.run, self._key(index), self._id(index), self.name, True, report=False)
+        if isinstance(outcome, Parked | StepFailure):
+            return outcome
+        return [(index, outcome)]
+
+    def settle(self, item: int, answer: object) -> None:
+        """Take the oldest element in flight's outcome into the run (it has ended)."""
+        state, ended, index = self.state, cast("Outcome", answer), item
         key = self._key(index)
         if ended.status == Status.COMPLETED:
             self.run.context.children[key] = ended.context  # undone with the run's rollback
