@@ -34,11 +34,12 @@ from py_reactor.coordination.declarations import (
     RateLimitDeclaration,
     SemaphoreDeclaration,
 )
+from py_reactor.coordination.gates import Busy
 from py_reactor.coordination.holds import HELD, WAITING, Ledger
 from py_reactor.coordination.owner import bind_owner, unbind_owner
 from py_reactor.coordination.scope import Admission, Scope
 from py_reactor.coordination.store import Store
-from py_reactor.errors import LockAcquisitionError
+from py_reactor.errors import LockAcquisitionError, OrderedLockWaitError
 
 pytestmark = pytest.mark.usefixtures("store")
 
@@ -178,8 +179,11 @@ def test_a_park_gives_back_everything_but_the_ordered_position(key: str) -> None
             "lock": LockDeclaration(key),
         }
         scope = _scope(ledger, key, **declared)
-        with pytest.raises(Exception, match="did not get its turn"):
-            scope.enter(parking=True)
+        busy = scope.enter(parking=True)  # contention is an answer, not an error
+        assert isinstance(busy, Busy)
+        assert isinstance(busy.error, OrderedLockWaitError)
+        assert "did not get its turn" in str(busy.error)
+        assert busy.error.key == f"seq-{key}"
         (position,) = ledger.records
         assert position.primitive == "ordered_lock"
         assert position.state == WAITING

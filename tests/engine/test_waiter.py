@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from py_reactor import configure
+from py_reactor.coordination.gates import Busy
 from py_reactor.engine import waiter
 from py_reactor.engine.answers import STORE, WaitKind
 from py_reactor.engine.context import Context
@@ -33,9 +34,11 @@ def _run(waits: waiter.Waiter) -> Run:
     return Run("Checkout", Context(reactor="shop:Checkout", inputs={}), (), waiter=waits)
 
 
-def _busy() -> LockAcquisitionError:
-    return LockAcquisitionError(
-        "busy", primitive="lock", key="order:7", reactor="Checkout", step="charge"
+def _busy() -> Busy:
+    return Busy(
+        LockAcquisitionError(
+            "busy", primitive="lock", key="order:7", reactor="Checkout", step="charge"
+        )
     )
 
 
@@ -86,9 +89,9 @@ def test_the_park_cap_counts_per_step_and_resets_when_the_step_gets_in() -> None
     assert parking.busy(run, "ship", _busy()) is not None  # another step: its own count
     spent = _busy()
     assert parking.busy(run, "charge", spent) is None  # the cap: fail the step
-    assert spent.parks == 2
-    assert "still busy after 2 park(s)" in str(spent)
-    assert "'order:7'" in str(spent)
+    assert spent.error.parks == 2
+    assert "still busy after 2 park(s)" in str(spent.error)
+    assert "'order:7'" in str(spent.error)
     parking.entered(run, "charge")
     assert run.context.step_parks == {"ship": 1}
     assert parking.busy(run, "charge", _busy()) is not None
@@ -99,12 +102,12 @@ def test_an_ordered_turn_parks_uncounted_and_a_rate_limit_for_its_retry_after() 
     run = _run(parking)
     for _ in range(3):
         turn = OrderedLockWaitError("not yet", turn="4:2", primitive="ordered_lock", key="acct")
-        parked = parking.busy(run, "book", turn)
+        parked = parking.busy(run, "book", Busy(turn))
         assert parked is not None
         assert parked.turn == "4:2"
     assert run.context.step_parks == {}
     limited = RateLimitExceededError("full", primitive="rate_limit", key="api", retry_after=12.5)
-    parked = parking.busy(run, "call", limited)
+    parked = parking.busy(run, "call", Busy(limited))
     assert parked is not None
     assert parked.delay == 12.5
 
@@ -113,14 +116,15 @@ def test_a_store_outage_suspends_a_worker_run_and_a_bad_key_fails_it() -> None:
     parking = Parking(park_max_attempts=1)
     run = _run(parking)
     down = StoreUnavailableError("down", primitive="lock", key="order:7")
-    parked = parking.busy(run, "charge", down)
+    parked = parking.refused(run, "charge", down)
     assert parked is not None
     assert parked.primitive == STORE
     assert parked.key is None
     assert parked.kind is WaitKind.STORE
     assert run.context.step_parks == {}  # never counted toward the cap
     bad = CoordinationKeyError("no key", primitive="lock", key=None)
-    assert parking.busy(run, "charge", bad) is None
+    assert parking.refused(run, "charge", bad) is None
+    assert BLOCKING.refused(run, "charge", down) is None  # the caller fails the step
 
 
 def test_a_worker_parks_a_retry_backoff_and_keeps_its_attempts(

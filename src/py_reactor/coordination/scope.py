@@ -192,18 +192,26 @@ class Scope:
         """What this scope holds now (its records in the ledger), oldest first."""
         return [r for r in self.ledger.of(self.holder) if r.primitive in self._gates]
 
-    def enter(self, *, parking: bool = False) -> Admission:
+    def enter(self, *, parking: bool = False) -> Admission | Busy:
         """Take everything in order, adopting what this scope already holds.
 
-        On any error what was taken is released (as a failure) and the error re-raised; with
-        ``parking`` what the scope keeps across a park (its ordered position) stays.
+        Contention is an answer, not an error: a :class:`Busy` whose ``error`` is the typed
+        error (LockAcquisitionError, ...) named with this scope's reactor, step and key. What
+        was taken is then released (as a failure); with ``parking`` what the scope keeps across
+        a park (its ordered position) stays. The caller decides what busy means: wait, park, or
+        fail.
 
         Raises:
-            CoordinationError: contention, a refused rate limit, or an unreachable store.
+            CoordinationError: the store is unreachable (StoreUnavailableError), taken things
+                released as above.
         """
         named = None if self.by is None else bind_held_by(self.by)
         try:
-            return self._enter()
+            answer = self._enter()
+            if isinstance(answer, Busy):
+                self._give_back(parking)
+                self._locate(answer.error)
+            return answer
         except CoordinationError as exc:
             self._give_back(parking)
             self._locate(exc)
@@ -214,6 +222,19 @@ class Scope:
         finally:
             if named is not None:
                 unbind_held_by(named)
+
+    def acquire(self) -> Admission:
+        """:meth:`enter` for a caller that has nothing to park (a decorated function, a
+        rollback re-taking its step's lock): busy ends the call with the typed error.
+
+        Raises:
+            CoordinationError: contention after ``wait`` (LockAcquisitionError, ...), or an
+                unreachable store.
+        """
+        answer = self.enter()
+        if isinstance(answer, Busy):
+            raise answer.error
+        return answer
 
     def _give_back(self, parking: bool) -> None:
         if parking:
@@ -253,7 +274,7 @@ class Scope:
         """Whether an enclosing scope of the tree holds ``gate``'s entry (re-entered by ledger)."""
         return gate.by_ledger and self._enclosing(gate, owner) is not None
 
-    def _enter(self) -> Admission:
+    def _enter(self) -> Admission | Busy:
         passed: set[str] = set()  # re-entered through an enclosing hold: nothing to take
         owner = running_owner()
         for name, stage in STAGES:
@@ -283,7 +304,7 @@ class Scope:
                     self.ledger.add(record)
             if isinstance(answer, Busy):
                 self._report(f"{name}.acquisition_failed", name, error=answer.error)
-                raise answer.error
+                return answer
             if not isinstance(answer, Entered):
                 if record is not None and record.state == HELD and not held_before:
                     self._report(f"{name}.acquired", name)  # taken, to be passed on unused

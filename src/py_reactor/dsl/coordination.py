@@ -554,7 +554,7 @@ def _call(
             scope = Scope(
                 declarations, values, reactor=label, ledger=_ledger(), holder=f"call:{new_owner()}"
             )
-            admission = scope.enter()
+            admission = scope.acquire()
         except CoordinationError as exc:
             _relocate(exc, label)
             raise

@@ -17,6 +17,7 @@ from types import MappingProxyType
 from typing import Any
 
 from py_reactor.coordination.declarations import Declaration
+from py_reactor.coordination.gates import Busy
 from py_reactor.coordination.owner import HeldBy
 from py_reactor.coordination.scope import Admission, Scope
 from py_reactor.engine.run import Run
@@ -108,19 +109,21 @@ class StepGate:
                 keys.update(part.keys)
         self.keys: Mapping[str, str] = MappingProxyType(keys)
 
-    def open(self) -> Admission:
-        """Wait for the ordered lock's turn, if one is declared (once per step).
+    def open(self) -> Admission | Busy:
+        """Wait for the ordered lock's turn, if one is declared (once per step); ``Busy``: the
+        turn did not come within ``wait``.
 
         Raises:
-            CoordinationError: the turn did not come within ``wait``, or the store refused.
+            CoordinationError: the store is unreachable.
         """
         return Admission.PROCEED if self._turn is None else self._turn.enter(parking=self.parking)
 
-    def enter(self) -> Admission:
-        """Take period, lock, semaphore and rate limit for one attempt of the work.
+    def enter(self) -> Admission | Busy:
+        """Take period, lock, semaphore and rate limit for one attempt of the work; ``Busy``:
+        contention after ``wait``, or a full rate limit.
 
         Raises:
-            CoordinationError: contention after ``wait``, a full rate limit, or the store.
+            CoordinationError: the store is unreachable.
         """
         return Admission.PROCEED if self._work is None else self._work.enter(parking=self.parking)
 

@@ -132,7 +132,7 @@ def undo_child(run: Run, name: str, decl: StepDeclaration) -> None:
         try:
             scope = rollback_scope(child_run, None, child_cls.coordination, child_context.inputs)
             if scope is not None:
-                scope.enter()
+                scope.acquire()
         except CoordinationError as exc:
             key = exc.key or (None if scope is None else _first_key(scope))
             message = (
@@ -190,7 +190,7 @@ def _call(
             scope = rollback_scope(run, name, decl.coordination, values)
             if scope is not None:
                 key = _first_key(scope)
-                scope.enter()
+                scope.acquire()
     except CoordinationError as exc:
         # Never run the rollback unprotected, and never drop it silently: report it.
         reason, error, scope = "coordination_unavailable", exc, None

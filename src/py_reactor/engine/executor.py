@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 
 from py_reactor.config import get_config
+from py_reactor.coordination.gates import Busy
 from py_reactor.coordination.scope import Admission, Scope
 from py_reactor.dsl.reactor import Reactor
 from py_reactor.engine._coordinate import emitter, held_by
@@ -17,6 +18,7 @@ from py_reactor.engine.answers import Parked, StepFailure
 from py_reactor.engine.async_units import await_inputs
 from py_reactor.engine.context import Context, Status, running
 from py_reactor.engine.handoff import UnitBackend
+from py_reactor.engine.refusals import said_no
 from py_reactor.engine.results import (
     DispatchedResult,
     HaltedResult,
@@ -127,15 +129,17 @@ def _coordinated(cls: type[Reactor], run: Run) -> Outcome:
             recovered=run.waiter.recovered,
             by=held_by(run, None),
         )
-        admission = scope.enter(parking=run.waiter.parks)
-    except CoordinationError as exc:
-        suspended = run.waiter.busy(run, None, exc)
-        if suspended is not None:
-            return parked(run, suspended)
-        return fail(run, StepFailure(None, exc, retryable=False, work_started=False))
+        admission: Admission | Busy | CoordinationError = scope.enter(parking=run.waiter.parks)
+    except CoordinationError as exc:  # a key function failed, or the store is unreachable
+        admission = exc
     except BaseException:  # interrupted while waiting for a key: no rollback, no work ran
         context.status = Status.ABORTED
         raise
+    if not isinstance(admission, Admission):  # busy, or the store: park or fail
+        suspended, error = said_no(run, None, admission)
+        if suspended is not None:
+            return parked(run, suspended)
+        return fail(run, StepFailure(None, error, retryable=False, work_started=False))
     run.waiter.entered(run, None)
     if admission is not Admission.PROCEED:
         scope.exit(succeeded=False, failed=False)

@@ -7,17 +7,29 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
+from py_reactor.coordination.gates import Busy
 from py_reactor.dsl.signals import Failure
-from py_reactor.engine.answers import StepFailure
+from py_reactor.engine.answers import Parked, StepFailure
 from py_reactor.engine.run import Run, error_text
 from py_reactor.errors import CoordinationError
 from py_reactor.observability import events as ev
 from py_reactor.states import TraceKind
 
-__all__ = ["NOTHING", "contended", "refused"]
+__all__ = ["NOTHING", "contended", "refused", "said_no"]
 
 #: No coordination keys to report in a trace entry.
 NOTHING: Mapping[str, Any] = MappingProxyType({})
+
+
+def said_no(
+    run: Run, step: str | None, why: Busy | CoordinationError
+) -> tuple[Parked | None, CoordinationError]:
+    """What the run's waiter makes of coordination saying no to ``step`` (None: the reactor's
+    own) — busy (an answer), or raised (the store unreachable, a key function) — and the error
+    the step fails with if it does not park."""
+    if isinstance(why, Busy):
+        return run.waiter.busy(run, step, why), why.error
+    return run.waiter.refused(run, step, why), why
 
 
 def contended(

@@ -11,6 +11,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from py_reactor.coordination.gates import Busy
 from py_reactor.coordination.scope import Admission
 from py_reactor.dsl.declaration import StepDeclaration, StepKind
 from py_reactor.dsl.reactor import StepPlan
@@ -28,7 +29,7 @@ from py_reactor.engine.answers import (
 )
 from py_reactor.engine.async_units import await_units
 from py_reactor.engine.kinds import defines, make_unit
-from py_reactor.engine.refusals import NOTHING, contended, refused
+from py_reactor.engine.refusals import NOTHING, contended, refused, said_no
 from py_reactor.engine.resolve import resolve_arguments
 from py_reactor.engine.results import (
     FailureResult,
@@ -107,12 +108,14 @@ def run_resolved(
         return contended(run, name, values, exc, 0, started, unit, None)
     where = {"coordination": dict(gate.keys)}
     try:
-        admission = gate.open()
-    except CoordinationError as exc:
-        parked = run.waiter.busy(run, name, exc)
+        admission: Admission | Busy | CoordinationError = gate.open()
+    except CoordinationError as exc:  # the store is unreachable
+        admission = exc
+    if not isinstance(admission, Admission):  # not our turn yet, or the store: park or fail
+        parked, error = said_no(run, name, admission)
         if parked is not None:
             return parked
-        return contended(run, name, values, exc, 0, started, unit, None, where)
+        return contended(run, name, values, error, 0, started, unit, None, where)
     result: StepAnswer | None = None
     aborted = False
     try:
@@ -159,17 +162,19 @@ def _attempts(
             signal = _outage_suspends(run, name, attempt, _work(unit))
         else:
             try:
-                admission = gate.enter()
-            except CoordinationError as exc:
-                parked = run.waiter.busy(run, name, exc)
+                taken: Admission | Busy | CoordinationError = gate.enter()
+            except CoordinationError as exc:  # the store is unreachable
+                taken = exc
+            if not isinstance(taken, Admission):  # busy, or the store: park or fail
+                parked, error = said_no(run, name, taken)
                 if parked is not None:
                     run.context.attempts[name] = attempt - 1  # a park is not an attempt
                     return parked
-                return contended(run, name, values, exc, attempt - 1, started, unit, last, where)
+                return contended(run, name, values, error, attempt - 1, started, unit, last, where)
             run.waiter.entered(run, name)
-            if admission is not Admission.PROCEED:
+            if taken is not Admission.PROCEED:
                 gate.exit(succeeded=False)  # the period re-check said no after lock/semaphore
-                return _skip(run, name, values, Skipped(reason=admission.value), started, where)
+                return _skip(run, name, values, Skipped(reason=taken.value), started, where)
             run.emit(ev.StepStarted, name, attempt=attempt)
             try:
                 signal = _outage_suspends(run, name, attempt, _work(unit))

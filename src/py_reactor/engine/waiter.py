@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from py_reactor.config import get_config
+from py_reactor.coordination.gates import Busy
 from py_reactor.engine.answers import STORE, Parked
 from py_reactor.engine.context import Context
 from py_reactor.errors import (
-    CONTENTION,
     CoordinationError,
     OrderedLockWaitError,
     StoreUnavailableError,
@@ -39,7 +39,7 @@ from py_reactor.states import TraceKind
 if TYPE_CHECKING:
     from py_reactor.engine.run import Run
 
-__all__ = ["BLOCKING", "CONTENTION", "Blocking", "Parking", "Waiter", "backstop", "park"]
+__all__ = ["BLOCKING", "Blocking", "Parking", "Waiter", "backstop", "park"]
 
 
 _sleep = time.sleep  # module-level so tests can swap in a fake clock
@@ -79,9 +79,16 @@ class Waiter:
         """The waiter of a parallel branch whose copy of the root context is ``root``."""
         return self
 
-    def busy(self, run: Run, step: str | None, exc: CoordinationError) -> Parked | None:
-        """``step``'s coordination (None: the reactor's own) refused with ``exc``: what to
-        park on, or None to fail the step with ``exc``."""
+    def busy(self, run: Run, step: str | None, busy: Busy) -> Parked | None:
+        """``step``'s coordination (None: the reactor's own) answered busy: what to park on,
+        or None to fail the step with ``busy.error`` (the primitive has waited its ``wait``)."""
+        return None
+
+    def refused(self, run: Run, step: str | None, exc: CoordinationError) -> Parked | None:
+        """``step``'s coordination raised ``exc`` instead of answering: the store could not be
+        reached (what :meth:`outage` says), or a key function failed (None: fail the step)."""
+        if isinstance(exc, StoreUnavailableError):
+            return self.outage(run, step)
         return None
 
     def outage(self, run: Run, step: str | None) -> Parked | None:
@@ -133,13 +140,11 @@ class Parking(Waiter):
     def branch(self, root: Context) -> Waiter:
         return dataclasses.replace(self, checkpoint=None, root=root)
 
-    def busy(self, run: Run, step: str | None, exc: CoordinationError) -> Parked | None:
-        """Park on ``exc``'s key, or None once ``step``'s cap is spent: then ``exc``'s message
-        says so (primitive, key and the number of parks) and ``exc.parks`` holds that number."""
-        if isinstance(exc, StoreUnavailableError):
-            return self.outage(run, step)
-        if not isinstance(exc, CONTENTION):
-            return None
+    def busy(self, run: Run, step: str | None, busy: Busy) -> Parked | None:
+        """Park on the busy key, or None once ``step``'s cap is spent: then ``busy.error``'s
+        message says so (primitive, key and the number of parks) and its ``parks`` holds
+        that number."""
+        exc = busy.error
         root = self.root or run.context
         path = self.path(step)
         ordered = isinstance(exc, OrderedLockWaitError)
