@@ -32,6 +32,14 @@ class Scheduler(Generic[Item]):
 
     limit: int = 1
 
+    #: Every item runs here, in order, as soon as it is reached (a plain reactor, an in-place
+    #: map): ``ready``, ``here`` and ``admit`` are not asked.
+    all_here: bool = False
+
+    #: Start nothing new (what is in flight still ends and is settled); set by ``settle`` (or
+    #: ``launch``) when an item stops the walk.
+    stopping: bool = False
+
     #: Items start strictly in order (a plain reactor's dependency order, a map's elements);
     #: otherwise any ready item may overtake one that waits for its dependencies or its slot.
     in_order: bool = True
@@ -40,11 +48,6 @@ class Scheduler(Generic[Item]):
     pending: list[Item]
 
     # -- the hooks -------------------------------------------------------------------------
-
-    @property
-    def stopping(self) -> bool:
-        """Start nothing new (what is in flight still ends and is settled)."""
-        raise NotImplementedError
 
     def in_flight(self) -> int:
         """How many started items have not been settled yet."""
@@ -101,6 +104,14 @@ class Scheduler(Generic[Item]):
         more ready, so go round again until nothing starts. ``in_order``: the first item that
         cannot start holds back the ones after it."""
         pending = self.pending
+        if self.all_here:  # the common case, kept lean: one settle per item
+            for index, item in enumerate(pending):
+                if self.stopping:
+                    del pending[:index]
+                    return
+                self.settle(item, self.run_here(item))
+            pending.clear()
+            return
         if self.in_order:
             while pending and not self.stopping:
                 item = pending[0]

@@ -138,7 +138,7 @@ class _Walk(Scheduler[str]):
         self.context = run.context
         self.plan: Mapping[str, StepPlan] = cls.__py_reactor_plan__
         self.limit = int(getattr(cls, PARALLEL_ATTRIBUTE, None) or 1)
-        self.in_order = self.limit == 1  # a plain reactor: dependency order, every step here
+        self.all_here = self.in_order = self.limit == 1  # a plain reactor: every step here
         self.checkpoint = run.waiter.checkpoint
         self.owner = running_owner() or run.context.root_id
         self.running: dict[Future[_Branch], _Branch] = {}
@@ -148,11 +148,6 @@ class _Walk(Scheduler[str]):
         self._claimed: dict[str, frozenset[tuple[str, str]]] = {}
         self._order = itertools.count(1)
         self._order_guard = threading.Lock()
-
-    @property
-    def stopping(self) -> bool:
-        """A step failed, halted, paused or parked: start nothing new."""
-        return bool(self.failures or self.stops)
 
     # -- the scheduler's hooks (``engine.scheduler``) ----------------------------------------
 
@@ -172,8 +167,6 @@ class _Walk(Scheduler[str]):
         """Every step it depends on is done (a plain reactor's order has them done already);
         an async unit waits while a running branch holds a key (the hand-off guard would take
         a sibling's passing hold for the execution's own)."""
-        if self.in_order:
-            return True
         plan = self.plan[item]
         if not all(self._done(dependency) for dependency in plan.depends_on):
             return False
@@ -182,8 +175,6 @@ class _Walk(Scheduler[str]):
     def here(self, item: str) -> bool:
         """A plain reactor runs every step here; a parallel one its async dispatches and
         interrupts (they never block long)."""
-        if self.in_order:
-            return True
         decl = self.plan[item].declaration
         return decl.asynchronous or decl.kind is StepKind.INTERRUPT
 
@@ -334,6 +325,7 @@ class _Walk(Scheduler[str]):
                 self.failures.append(ended)
             elif isinstance(ended, ParkedResult):  # the store is unreachable: suspend the run
                 self.stops.append((item, ended.parked))
+        self.stopping = bool(self.failures or self.stops)  # a step failed, halted, paused...
 
     # -- the end ---------------------------------------------------------------------------
 

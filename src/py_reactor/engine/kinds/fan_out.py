@@ -112,6 +112,7 @@ class FanOut(Scheduler[int]):
             self._forget()
             return Failure(self._changed(state.count, count), retryable=False)
         self.state = state
+        self.stopping = state.stop is not None  # an element failed, halted or was refused
         stopped = self.schedule(list(range(state.sent, count)))
         if isinstance(stopped, Parked):
             return stopped
@@ -124,16 +125,12 @@ class FanOut(Scheduler[int]):
 
     # -- the scheduler's hooks (``engine.scheduler``) ----------------------------------------
 
-    @property
-    def stopping(self) -> bool:
-        """An element failed (``fail_fast``), halted, or could not be dispatched."""
-        return self.state.stop is not None
-
     def in_flight(self) -> int:
         return self.state.sent - self.state.low
 
     def launch(self, item: int) -> None:
         self._dispatch(self.state)
+        self.stopping = self.state.stop is not None  # it could not be dispatched
 
     def ended(self) -> list[tuple[int, object]] | object:
         """The elements at the front of the window that have ended, without waiting; if none
@@ -173,6 +170,7 @@ class FanOut(Scheduler[int]):
                 state.stop = FanOutStop(index=index, how="failed")
                 self._failure = ended
         state.low = index + 1
+        self.stopping = state.stop is not None
 
     def _dispatch(self, state: FanOutWindow) -> None:
         """Dispatch the next element in index order (or stop the step if it cannot be sent)."""

@@ -78,6 +78,8 @@ class InPlace(Scheduler[int]):
     order, each run here as a nested run of the step; an element that ended before (the run
     parked on a later one and resumed) is not run again."""
 
+    all_here = True
+
     def __init__(self, unit: MapUnit, elements: list[Any]) -> None:
         self.unit = unit
         self.elements = elements
@@ -99,15 +101,8 @@ class InPlace(Scheduler[int]):
 
     # -- the scheduler's hooks (``engine.scheduler``) ----------------------------------------
 
-    @property
-    def stopping(self) -> bool:
-        return self.stop is not None
-
     def in_flight(self) -> int:
         return 0  # every element runs here, to its end
-
-    def here(self, item: int) -> bool:
-        return True
 
     def run_here(self, item: int) -> Any:
         """Element ``item``'s child run: carried on where it stopped, or started; its outcome
@@ -140,7 +135,7 @@ class InPlace(Scheduler[int]):
             self.done[item] = signal.value
             return
         if signal is not None:  # parked, paused or halted: the step answers the same
-            self.stop = signal
+            self.stop, self.stopping = signal, True
             return
         key = element_key(unit.name, item)
         for failure in getattr(answer, "rollback_failures", ()):
@@ -148,6 +143,7 @@ class InPlace(Scheduler[int]):
         if not self.collect:
             unit.child = answer
             self.stop = Failure(answer.error, retryable=getattr(answer, "retryable", False))
+            self.stopping = True
             return
         self.failed[item] = str(answer.error)
         unit.parent.context.children[key].map_error = self.failed[item]
