@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import uuid
+import zipfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+import redis
 
 from py_reactor.testing import reset
 from tests._redis import PrivateRedis
@@ -44,6 +49,30 @@ def private_redis() -> Iterator[PrivateRedis]:
 def redis_url(private_redis: PrivateRedis) -> str:
     """The URL of the session's private redis-server."""
     return private_redis.url
+
+
+@pytest.fixture
+def raw(private_redis: PrivateRedis) -> Iterator[redis.Redis]:
+    """A plain client of the session's private redis-server (strings decoded), to read what
+    only Redis shows; closed after the test."""
+    client = private_redis.client()
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="session")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[zipfile.ZipFile]:
+    """The project built as a wheel, once per session (the packaging tests read it)."""
+    folder = tmp_path_factory.mktemp("wheel")
+    root = Path(__file__).resolve().parent.parent
+    command = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(folder)]
+    build = subprocess.run(
+        [*command, str(root)], capture_output=True, text=True, timeout=180, check=False
+    )
+    assert build.returncode == 0, build.stdout + build.stderr
+    [built] = folder.glob("py_reactor-*.whl")
+    with zipfile.ZipFile(built) as archive:
+        yield archive
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -35,8 +35,9 @@ from py_reactor.observability.otel import TRACE_CONTEXT_KEY
 from py_reactor.storage import current_store
 from py_reactor.storage.executions import ExecutionStore
 from tests._redis import PrivateRedis
+from tests._wait import until
 from tests.observability._otel_celery_worker import SPANS, Traced
-from tests.transport.test_celery import ROOT, Worker, until
+from tests.transport._harness import ROOT, Worker
 
 #: The queue this module's worker serves (no other module's worker takes these jobs).
 QUEUE = f"otel-celery-{uuid.uuid4().hex[:8]}"

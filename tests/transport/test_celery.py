@@ -8,16 +8,14 @@ restart Redis start workers (and a server) of their own, on a queue of their own
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,128 +27,12 @@ from py_reactor.engine.context import Context
 from py_reactor.engine.serializer import dumps_context
 from py_reactor.storage.executions import record_key
 from tests._redis import PrivateRedis, free_port
+from tests._wait import until
 from tests.transport import _celery_reactors as r
+from tests.transport._harness import ROOT, Worker, records, start_workers
 
-ROOT = Path(__file__).resolve().parents[2]
 LEASE = 2.0  # the workers' execution lease (seconds): recovery tests wait about this long
 GRACE = 1.0  # the module's workers' unimportable_grace (seconds)
-
-
-class Worker:
-    """One ``py-reactor worker`` process (and its pool), in a process group of its own.
-
-    ``imports``: the reactors module it imports (every one imports ``_celery_reactors``, which
-    applies the settings); ``settings`` are environment variables that module reads (see
-    there); ``lease``: its execution lease, the short one of the recovery tests by default (None:
-    the library's default, 30 s, so that a pool process stalled a second or two on a busy
-    machine never has its run recovered behind its back).
-    """
-
-    def __init__(
-        self,
-        url: str,
-        queue: str = "py_reactor",
-        concurrency: int = 2,
-        settings: dict[str, str] | None = None,
-        *,
-        imports: str = "tests.transport._celery_reactors",
-        lease: float | None = LEASE,
-    ) -> None:
-        self.log = Path(tempfile.mkstemp(prefix="pyr-celery-", suffix=".log")[1])
-        env = {
-            **os.environ,
-            "PYTHONPATH": str(ROOT),
-            **({} if lease is None else {"PY_REACTOR_TEST_LEASE": str(lease)}),
-            **(settings or {}),
-        }
-        command = [
-            sys.executable, "-m", "py_reactor.cli", "worker",
-            "--redis-url", url,
-            "--import", imports,
-            "--concurrency", str(concurrency),
-            "--queue", queue,
-            "--loglevel", "INFO",
-        ]  # fmt: skip
-        with self.log.open("w") as out:
-            self.process = subprocess.Popen(
-                command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )  # fmt: skip
-
-    def wait_ready(self, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while " ready." not in self.output():
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the Celery worker did not start:\n{self.output()}")
-            time.sleep(0.05)
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace")
-
-    def kill(self) -> None:
-        """kill -9 the worker and its pool processes, as a machine that dies would."""
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGKILL)
-        self.process.wait(10)
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        self.log.unlink(missing_ok=True)
-
-
-@contextlib.contextmanager
-def serving(
-    url: str,
-    queue: str,
-    imports: str,
-    ping: type[Reactor],
-    started: list[Worker],
-    park_delay: float = 30.0,
-) -> Iterator[list[Worker]]:
-    """Two worker processes (four pool processes in all) serving ``queue`` for a whole module,
-    importing ``imports``, their park timer at ``park_delay`` s without jitter (a resume within
-    seconds was woken, not timed), with the default execution lease; listed in ``started``
-    while they run (their logs explain a run that did not end). One job (``ping``, a
-    ``@background`` reactor of ``imports``) goes through the queue before the first test: a
-    worker that says it is ready may still take a while over its first job on a loaded
-    machine."""
-    settings = {"PY_REACTOR_TEST_PARK_DELAY": str(park_delay), "PY_REACTOR_TEST_PARK_JITTER": "0"}
-    started[:] = [
-        Worker(url, queue, settings=settings, imports=imports, lease=None) for _ in range(2)
-    ]
-    try:
-        for worker in started:
-            worker.wait_ready()
-        configure(worker="celery", redis_url=url, celery_queue=queue)
-        warm = ping.run().wait(timeout=120)
-        assert warm.is_success, warm
-        yield list(started)
-    finally:
-        for worker in started:
-            worker.stop()
-        started.clear()
-
-
-def on_queue(url: str, queue: str, park_delay: float = 30.0) -> None:
-    """Dispatch to ``queue`` (and no thread worker of this process competes for the work)."""
-    workers.stop()
-    configure(
-        worker="celery", redis_url=url, celery_queue=queue, park_delay=park_delay, park_jitter=0
-    )
-
-
-def start_workers(
-    url: str, count: int, queue: str = "py_reactor", settings: dict[str, str] | None = None
-) -> list[Worker]:
-    started = [Worker(url, queue, settings=settings) for _ in range(count)]
-    for worker in started:
-        worker.wait_ready()
-    return started
 
 
 @pytest.fixture(scope="module")
@@ -158,7 +40,9 @@ def celery_workers(private_redis: PrivateRedis) -> Iterator[list[Worker]]:
     """Two worker processes serving the ``py_reactor`` queue for the whole module (an
     execution whose reactor they cannot import is left for another worker for 1 s)."""
     started = start_workers(
-        private_redis.url, 2, settings={"PY_REACTOR_TEST_UNIMPORTABLE_GRACE": str(GRACE)}
+        private_redis.url,
+        2,
+        settings={"PY_REACTOR_TEST_UNIMPORTABLE_GRACE": str(GRACE, lease=LEASE)},
     )
     yield started
     for worker in started:
@@ -177,21 +61,6 @@ def _on_celery(
 @pytest.fixture
 def raw(private_redis: PrivateRedis) -> redis.Redis:
     return private_redis.client()
-
-
-def records(raw: redis.Redis, key: str) -> list[tuple[str, int]]:
-    """What the steps of the run keyed ``key`` recorded: ``(what, pid)``, in order."""
-    entries = raw.lrange(f"celery-test:{key}", 0, -1)
-    return [(what, int(pid)) for what, _, pid in (e.rpartition(":") for e in entries)]
-
-
-def until(condition: Callable[[], Any], what: str, timeout: float = 30) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := condition()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting until {what}")
-        time.sleep(0.02)
-    return value
 
 
 # ----------------------------------------------------------------------------- hand-off
@@ -396,7 +265,7 @@ def test_the_park_cap_fails_the_run_on_a_worker_and_rolls_it_back(
         "PY_REACTOR_TEST_PARK_DELAY": "0.1",
         "PY_REACTOR_TEST_PARK_JITTER": "0",
     }
-    (capped,) = start_workers(private_redis.url, 1, queue=queue, settings=settings)
+    (capped,) = start_workers(private_redis.url, 1, queue=queue, settings=settings, lease=LEASE)
     account = f"acct-{key}"
     held = Lock(f"celery-test:{account}", owner="the-test", ttl=30).acquire()
     try:
@@ -524,14 +393,14 @@ def test_a_worker_killed_mid_step_leaves_the_run_to_another_that_finishes_it(
     worker process serving the same queue re-runs ``slow`` (the step in flight) and
     finishes; ``first`` is not re-run, and ``slow``'s lock is free at the end."""
     queue = f"victim-{key}"
-    (victim,) = start_workers(private_redis.url, 1, queue=queue)
+    (victim,) = start_workers(private_redis.url, 1, queue=queue, lease=LEASE)
     rescuers: list[Worker] = []
     try:
         configure(celery_queue=queue)
         out = r.Slow.run(key=key)
         until(lambda: "slow" in [w for w, _ in records(raw, key)], "the victim is in slow")
         victim_pids = {pid for _, pid in records(raw, key)}
-        rescuers += start_workers(private_redis.url, 1, queue=queue)
+        rescuers += start_workers(private_redis.url, 1, queue=queue, lease=LEASE)
         victim.kill()
         # Told to go once the re-run is in slow: a pool process of the victim still dying
         # could otherwise take the word.
@@ -619,7 +488,7 @@ def test_a_redis_restart_mid_run_loses_nothing(key: str) -> None:
     queue = f"restart-{key}"
     supervised: list[Worker] = []
     try:
-        supervised += start_workers(server.url, 1, queue=queue)
+        supervised += start_workers(server.url, 1, queue=queue, lease=LEASE)
         configure(redis_url=server.url, celery_queue=queue)
         raw = redis.Redis.from_url(server.url, decode_responses=True)
         out = r.Slow.run(key=key)
@@ -633,7 +502,7 @@ def test_a_redis_restart_mid_run_loses_nothing(key: str) -> None:
         while (found := find(out.execution_id)) is None or found.status != "completed":
             assert time.monotonic() < deadline, (found, supervised[-1].output()[-3000:])
             if supervised[-1].process.poll() is not None:  # what systemd/compose would do
-                supervised += start_workers(server.url, 1, queue=queue)
+                supervised += start_workers(server.url, 1, queue=queue, lease=LEASE)
             time.sleep(0.1)
         ran = [what for what, _ in records(raw, key)]
         assert ran.count("first") == 1
@@ -678,7 +547,7 @@ def test_a_woken_execution_goes_ahead_of_new_work_queued_before_it(
     queue = f"order-{key}"
     account = f"acct-{key}"
     configure(celery_queue=queue)
-    (first,) = start_workers(private_redis.url, 1, queue=queue)
+    (first,) = start_workers(private_redis.url, 1, queue=queue, lease=LEASE)
     held = Lock(f"celery-test:{account}", owner="the-test", ttl=30).acquire()
     try:
         woken = r.LockedCharge.run(key=f"{key}-woken", account=account, hold=0)
@@ -689,7 +558,7 @@ def test_a_woken_execution_goes_ahead_of_new_work_queued_before_it(
         # A module worker's dispatcher sends it: it lands in the queue's list of priority 0
         # (the new ones wait in the list of priority 6).
         until(lambda: raw.llen(queue) == 1, "the woken run's job is queued")
-        second = Worker(private_redis.url, queue, concurrency=1)  # one job at a time
+        second = Worker(private_redis.url, queue, concurrency=1, lease=LEASE)  # one job at a time
         second.wait_ready()
         try:
             assert woken.wait(timeout=30).is_success

@@ -20,8 +20,9 @@ import redis
 
 from py_reactor import Lock, find
 from tests._overlap import OverlapRecorder
+from tests._wait import until
 from tests.transport import _celery_async_reactors as a
-from tests.transport.test_celery import Worker, on_queue, records, serving, until
+from tests.transport._harness import Worker, on_queue, records, serving
 
 QUEUE = "py_reactor_async_units"
 PARK_DELAY = 30.0  # the workers' park timer: far longer than any wake may take

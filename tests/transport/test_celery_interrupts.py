@@ -18,8 +18,9 @@ import redis
 from py_reactor import Lock, find
 from py_reactor.errors import InputValidationError, InterruptTimeoutError, ResumeError
 from py_reactor.testing import assert_paused_at
+from tests._wait import until
 from tests.transport import _celery_interrupt_reactors as c
-from tests.transport.test_celery import Worker, on_queue, records, serving, until
+from tests.transport._harness import Worker, on_queue, records, serving
 
 QUEUE = "py_reactor_interrupts"
 PARK_DELAY = 30.0  # the workers' park timer: a resume within seconds was woken, not timed

@@ -22,8 +22,9 @@ from py_reactor import Lock, MapResult, Middleware, configure, find
 from py_reactor.engine.context import Context
 from py_reactor.engine.kinds.fan_out import element_id
 from py_reactor.observability import events as ev
+from tests._wait import until
 from tests.transport import _celery_map_reactors as c
-from tests.transport.test_celery import Worker, on_queue, records, serving, until
+from tests.transport._harness import Worker, on_queue, records, serving
 
 QUEUE = "py_reactor_map_fan_out"
 PARK_DELAY = 30.0  # the workers' park timer: far longer than any wake may take

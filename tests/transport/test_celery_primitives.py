@@ -26,9 +26,10 @@ import redis
 
 from py_reactor import Lock, Period, Reactor, Semaphore, find
 from tests._overlap import OverlapRecorder
+from tests._wait import until
 from tests.engine.coordination._helpers import fresh_window
 from tests.transport import _celery_primitive_reactors as p
-from tests.transport.test_celery import Worker, on_queue, records, serving, until
+from tests.transport._harness import Worker, on_queue, records, serving
 
 QUEUE = "py_reactor_primitives"
 PARK_DELAY = 60.0  # the workers' park timer: far longer than any wake may take
