@@ -12,13 +12,9 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
-import tempfile
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,7 +24,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
-from py_reactor import configure, workers
+from py_reactor import configure
 from py_reactor.engine.serializer import loads_context
 from py_reactor.observability import OpenTelemetryMiddleware
 from py_reactor.observability.otel import TRACE_CONTEXT_KEY
@@ -37,7 +33,7 @@ from py_reactor.storage.executions import ExecutionStore
 from tests._redis import PrivateRedis
 from tests._wait import until
 from tests.observability._otel_celery_worker import SPANS, Traced
-from tests.transport._harness import ROOT, Worker
+from tests.transport._harness import Worker, on_queue
 
 #: The queue this module's worker serves (no other module's worker takes these jobs).
 QUEUE = f"otel-celery-{uuid.uuid4().hex[:8]}"
@@ -45,32 +41,12 @@ WORKER_MODULE = "tests.observability._otel_celery_worker"
 STEPS = ["step Traced.first", "step Traced.second"]
 
 
-class OtelWorker(Worker):
-    """``py-reactor worker --import _otel_celery_worker`` on ``queue``, one pool process; the
-    rest (``wait_ready``, ``output``, ``stop``) is the Celery tests' worker. The test's own
-    ``PYTHONPATH`` stays behind the project root (a patched copy of the package, say)."""
-
-    def __init__(self, url: str, queue: str) -> None:
-        self.log = Path(tempfile.mkstemp(prefix="pyr-otel-celery-", suffix=".log")[1])
-        path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
-        command = [
-            sys.executable, "-m", "py_reactor.cli", "worker",
-            "--redis-url", url,
-            "--import", WORKER_MODULE,
-            "--queue", queue,
-            "--concurrency", "1",
-            "--loglevel", "INFO",
-        ]  # fmt: skip
-        with self.log.open("w") as out:
-            self.process = subprocess.Popen(
-                command, cwd=ROOT, env={**os.environ, "PYTHONPATH": path},
-                stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-            )  # fmt: skip
-
-
 @pytest.fixture(scope="module")
-def otel_worker(private_redis: PrivateRedis) -> Iterator[OtelWorker]:
-    worker = OtelWorker(private_redis.url, QUEUE)
+def otel_worker(private_redis: PrivateRedis) -> Iterator[Worker]:
+    """``py-reactor worker --import _otel_celery_worker`` on this module's queue, one pool
+    process (the harness's worker: the test's own ``PYTHONPATH`` stays behind the project
+    root)."""
+    worker = Worker(private_redis.url, QUEUE, concurrency=1, imports=WORKER_MODULE)
     try:
         worker.wait_ready()
         yield worker
@@ -79,15 +55,9 @@ def otel_worker(private_redis: PrivateRedis) -> Iterator[OtelWorker]:
 
 
 @pytest.fixture(autouse=True)
-def _on_celery(_default_settings: None, otel_worker: OtelWorker, redis_url: str) -> None:
+def _on_celery(_default_settings: None, otel_worker: Worker, redis_url: str) -> None:
     """Dispatch to this module's queue (and no thread worker of this process competes)."""
-    workers.stop()
-    configure(worker="celery", redis_url=redis_url, celery_queue=QUEUE)
-
-
-@pytest.fixture
-def raw(private_redis: PrivateRedis) -> redis.Redis:
-    return private_redis.client()
+    on_queue(redis_url, QUEUE)
 
 
 @dataclass
@@ -125,7 +95,7 @@ def hex_trace(span: ReadableSpan) -> str:
     return format(span.context.trace_id, "032x")
 
 
-def worker_spans(raw: redis.Redis, execution_id: str, worker: OtelWorker) -> list[dict[str, Any]]:
+def worker_spans(raw: redis.Redis, execution_id: str, worker: Worker) -> list[dict[str, Any]]:
     """The execution's spans from the worker, in the order they ended, once its ``reactor``
     span (the last to end) has been written."""
 
@@ -146,7 +116,7 @@ def stored_carried(execution_id: str) -> dict[str, Any]:
 
 
 def test_the_worker_process_continues_the_callers_trace(
-    local: Local, raw: redis.Redis, otel_worker: OtelWorker
+    local: Local, raw: redis.Redis, otel_worker: Worker
 ) -> None:
     """The caller's dispatch span (producer, under the test's own span) is the remote parent
     of the worker process's reactor span (consumer); the worker's step spans are inside that
@@ -191,7 +161,7 @@ def test_the_worker_process_continues_the_callers_trace(
 
 
 def test_a_run_dispatched_without_the_middleware_is_a_new_trace_in_the_worker(
-    local: Local, raw: redis.Redis, otel_worker: OtelWorker
+    local: Local, raw: redis.Redis, otel_worker: Worker
 ) -> None:
     """No middleware in the caller: nothing is stored for the worker, whose reactor span
     (consumer) is the root of a trace of its own, its step spans inside it; the run

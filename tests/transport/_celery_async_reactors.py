@@ -1,12 +1,12 @@
 """Reactors with async units (``async_step``, ``async_reactor``) that the Celery async tests send
 to real worker processes (``py-reactor worker --import tests.transport._celery_async_reactors``).
 
-They report as ``_celery_reactors`` does (importing it also applies the worker settings its
-test passes through the environment): each step appends ``"<what>:<pid>"`` to the list
-``celery-test:<key>``, and a body that must wait for the test blocks on
-``celery-test:<key>:go`` (and leaves the word there: a re-run of the body passes too). A
-body that holds the lock ``celery-async:<account>`` records who owns it, and enters the
-overlap recorder ``celery-async:<account>`` (``tests._overlap``) while it works.
+They report as ``_celery_reactors`` does, through ``_worker_side`` (and apply the worker
+settings their test passes through the environment): each step appends ``"<what>:<pid>"`` to
+the list ``celery-test:<key>``, and a body that must wait for the test blocks on
+``celery-test:<key>:go`` (and leaves the word there: a re-run of the body passes too). A body
+that holds the lock ``celery-async:<account>`` records who owns it, and enters the overlap
+recorder ``celery-async:<account>`` (``tests._overlap``) while it works.
 """
 
 from __future__ import annotations
@@ -27,16 +27,9 @@ from py_reactor import (
 )
 from py_reactor.config import get_config
 from tests._overlap import OverlapRecorder
-from tests.transport._celery_reactors import client, record
+from tests.transport._worker_side import apply_settings, hold_until_told, record
 
-
-def hold_until_told(key: str, timeout: float = 30) -> None:
-    """Block until the test pushes to ``celery-test:<key>:go``, then put the word back."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if client().blpop([f"celery-test:{key}:go"], timeout=1):
-            client().rpush(f"celery-test:{key}:go", "go")
-            return
+apply_settings()  # the settings the test gave this worker process
 
 
 def lock_key(account: str) -> str:
@@ -71,7 +64,7 @@ class Relay(Reactor):
     @async_step(n=Result("first"))
     def unit(key: str, n: int) -> int:
         record(key, "unit")
-        hold_until_told(key)
+        hold_until_told(key, keep=True)
         return n * 10
 
     @step(wait_for=["first"])
@@ -103,7 +96,7 @@ class LockedWork(Step):
         key, account = self.inputs.key, self.inputs.account
         with overlap(account).inside(key):
             record(key, f"work owner={owner_of(account)}")
-            hold_until_told(key)
+            hold_until_told(key, keep=True)
             time.sleep(self.inputs.hold)  # widens the window an overlap would show in
         return f"worked {key}"
 
@@ -192,7 +185,7 @@ class Unread(Reactor):
     @step(wait_for=["first"])
     def last(key: str) -> str:
         record(key, "last")
-        hold_until_told(key)
+        hold_until_told(key, keep=True)
         return "done"
 
     returns = "last"

@@ -1,10 +1,10 @@
 """Reactors with interrupts that the Celery interrupt tests send to real worker processes
 (``py-reactor worker --import tests.transport._celery_interrupt_reactors``).
 
-They report as ``_celery_reactors`` does (importing it also applies the worker settings its
-test passes through the environment): each step appends ``"<what>:<pid>"`` to the list
-``celery-test:<key>``. A step after the interrupt records who owns the reactor-level lock while
-it runs, read from the store: the resumed run took it again.
+They report as ``_celery_reactors`` does, through ``_worker_side`` (and apply the worker
+settings their test passes through the environment): each step appends ``"<what>:<pid>"`` to
+the list ``celery-test:<key>``. A step after the interrupt records who owns the reactor-level
+lock while it runs, read from the store: the resumed run took it again.
 """
 
 from __future__ import annotations
@@ -14,7 +14,9 @@ from typing import Any
 from pydantic import BaseModel
 
 from py_reactor import Lock, Reactor, Result, background, interrupt, step, with_lock
-from tests.transport._celery_reactors import record
+from tests.transport._worker_side import apply_settings, record
+
+apply_settings()  # the settings the test gave this worker process
 
 
 class Approval(BaseModel):

@@ -2,9 +2,9 @@
 that roll back, that the Celery primitive tests send to real worker processes
 (``py-reactor worker --import tests.transport._celery_primitive_reactors``).
 
-They report as ``_celery_reactors`` does (importing it also applies the worker settings its
-test passes through the environment): each step appends ``"<what>:<pid>"`` to the list
-``celery-test:<key>``, and a body that must wait for the test blocks on
+They report as ``_celery_reactors`` does, through ``_worker_side`` (and apply the worker
+settings their test passes through the environment): each step appends ``"<what>:<pid>"`` to
+the list ``celery-test:<key>``, and a body that must wait for the test blocks on
 ``celery-test:<key>:go`` (and leaves the word there: the test may also say it in advance). A
 body (or a rollback hook) working under a primitive enters the overlap recorder
 ``celery-primitives:<account>`` (``tests._overlap``) while it works.
@@ -28,7 +28,9 @@ from py_reactor import (
 )
 from py_reactor.config import get_config
 from tests._overlap import OverlapRecorder
-from tests.transport._celery_reactors import client, record
+from tests.transport._worker_side import apply_settings, client, hold_until_told, record
+
+apply_settings()  # the settings the test gave this worker process
 
 #: The rate limits' window (seconds): long enough for two runs to reach their step in one.
 WINDOW = 6
@@ -36,15 +38,6 @@ WINDOW = 6
 PATIENCE = WINDOW + 4
 #: The ttl of the account locks; a step's undo waits this long to re-take its lock.
 LOCK_TTL = 20
-
-
-def hold_until_told(key: str, timeout: float = 30) -> None:
-    """Block until the test pushes to ``celery-test:<key>:go``, then put the word back."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if client().blpop([f"celery-test:{key}:go"], timeout=1):
-            client().rpush(f"celery-test:{key}:go", "go")
-            return
 
 
 def overlap(account: str) -> OverlapRecorder:
@@ -80,7 +73,7 @@ def _work(key: str, account: str) -> str:
     """Inside the overlap recorder: record, then wait for the test."""
     with overlap(account).inside(key):
         record(key, "work")
-        hold_until_told(key)
+        hold_until_told(key, keep=True)
     return key
 
 
@@ -149,7 +142,7 @@ class Booking(Reactor):
     def book(key: str, account: str, position: int) -> int:
         with overlap(account).inside(key):
             client().rpush(f"celery-primitives:{account}:order", position)
-            hold_until_told(key)
+            hold_until_told(key, keep=True)
         return position
 
     returns = "book"
@@ -207,7 +200,7 @@ class Digest(Reactor):
     @with_period(lambda args: digest_key(args["job"]), every="day")
     def digest(key: str, job: str) -> str:
         record(key, "digest")
-        hold_until_told(key)
+        hold_until_told(key, keep=True)
         return "digested"
 
     @step(wait_for=["digest"])
@@ -233,7 +226,7 @@ class HoldAccount(Reactor):
     def hold(key: str, account: str) -> str:
         with overlap(account).inside(f"{key} hold"):
             record(key, f"hold owner={owner_of(account)}")
-            hold_until_told(key)
+            hold_until_told(key, keep=True)
         return "held"
 
     returns = "hold"
@@ -259,12 +252,12 @@ class ChargeThenFail(Reactor):
     def refund(result: str, key: str, account: str) -> None:
         with overlap(account).inside(f"{key} undo"):
             record(key, f"undo owner={owner_of(account)}")
-            hold_until_told(f"{key}:undo")
+            hold_until_told(f"{key}:undo", keep=True)
 
     @step(wait_for=["charge"])
     def ship(key: str) -> str:
         record(key, "ship")
-        hold_until_told(key)
+        hold_until_told(key, keep=True)
         raise RuntimeError("shipping failed")
 
     returns = "ship"
@@ -284,13 +277,13 @@ class ChargeFails(Reactor):
     def charge(key: str, account: str) -> str:
         with overlap(account).inside(f"{key} charge"):
             record(key, "charge")
-            hold_until_told(key)
+            hold_until_told(key, keep=True)
         raise RuntimeError("card declined")
 
     @charge.compensate
     def refund(error: Any, key: str, account: str) -> None:
         with overlap(account).inside(f"{key} compensate"):
             record(key, f"compensate owner={owner_of(account)}")
-            hold_until_told(f"{key}:compensate")
+            hold_until_told(f"{key}:compensate", keep=True)
 
     returns = "charge"

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 import redis
@@ -22,21 +21,28 @@ from py_reactor import Lock, find
 from tests._overlap import OverlapRecorder
 from tests._wait import until
 from tests.transport import _celery_async_reactors as a
-from tests.transport._harness import Worker, on_queue, records, serving
+from tests.transport._harness import (
+    Worker,
+    finished,
+    go,
+    on_queue,
+    recorded,
+    records,
+    serving,
+    stored,
+    waiting,
+    whats,
+)
 
 QUEUE = "py_reactor_async_units"
 PARK_DELAY = 30.0  # the workers' park timer: far longer than any wake may take
-WOKEN_WITHIN = 5.0  # a resume this soon after the event can only be a wake
-
-
-#: The module's workers while they run (their logs explain a run that did not end).
-STARTED: list[Worker] = []
+WOKEN_WITHIN = 15.0  # a resume this soon after the event can only be a wake
 
 
 @pytest.fixture(scope="module")
 def unit_workers(redis_url: str) -> Iterator[list[Worker]]:
     with serving(
-        redis_url, QUEUE, "tests.transport._celery_async_reactors", a.Ping, STARTED, PARK_DELAY
+        redis_url, QUEUE, "tests.transport._celery_async_reactors", a.Ping, None, PARK_DELAY
     ) as started:
         yield started
 
@@ -44,38 +50,6 @@ def unit_workers(redis_url: str) -> Iterator[list[Worker]]:
 @pytest.fixture(autouse=True)
 def _on_celery(_default_settings: None, unit_workers: list[Worker], redis_url: str) -> None:
     on_queue(redis_url, QUEUE, PARK_DELAY)
-
-
-@pytest.fixture
-def raw(redis_url: str) -> redis.Redis:
-    return redis.Redis.from_url(redis_url, decode_responses=True)
-
-
-def finished(out: Any, raw: redis.Redis, key: str, timeout: float = 30) -> Any:
-    """``out.wait(timeout)``; if it does not end, fail saying where it and its units are, what
-    the steps recorded and what the workers logged."""
-    try:
-        return out.wait(timeout=timeout)
-    except TimeoutError as exc:
-        lines = [str(exc), f"records of {key}: {raw.lrange(f'celery-test:{key}', 0, -1)}"]
-        ids = [out.execution_id]
-        found = find(out.execution_id)
-        for entry in found.trace if found is not None else []:
-            if entry["type"] == "dispatched":
-                ids.append(entry["execution_id"])
-        for execution_id in ids:
-            f = find(execution_id)
-            if f is not None:
-                trace = [(e["type"], e["step"]) for e in f.trace]
-                lines.append(f"{execution_id}: {f.status} {f.waiting_on} {trace}")
-        lines += [worker.output()[-3000:] for worker in STARTED]
-        raise AssertionError("\n".join(lines)) from exc
-
-
-def stored(execution_id: str) -> Any:
-    found = find(execution_id)
-    assert found is not None, f"execution {execution_id} is not stored"
-    return found
 
 
 def unit_of(execution_id: str, step: str) -> str:
@@ -90,32 +64,6 @@ def unit_of(execution_id: str, step: str) -> str:
         return None
 
     return str(until(dispatched, f"{execution_id} dispatched its unit {step!r}"))
-
-
-def waiting(execution_id: str, primitive: str) -> Any:
-    """The stored execution once it is parked waiting on ``primitive``."""
-
-    def parked() -> Any:
-        found = find(execution_id)
-        if found is None or found.status != "waiting" or not found.waiting_on:
-            return None
-        return found if found.waiting_on["primitive"] == primitive else None
-
-    return until(parked, f"{execution_id} parked on {primitive}")
-
-
-def whats(raw: redis.Redis, key: str) -> list[str]:
-    return [what for what, _ in records(raw, key)]
-
-
-def recorded(raw: redis.Redis, key: str, what: str) -> bool:
-    return any(entry.startswith(what) for entry in whats(raw, key))
-
-
-def go(raw: redis.Redis, key: str) -> float:
-    """Let the body waiting on ``key`` go on; when (monotonic) it was told."""
-    raw.rpush(f"celery-test:{key}:go", "go")
-    return time.monotonic()
 
 
 # ----------------------------------------------------------------------------- a reader

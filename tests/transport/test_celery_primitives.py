@@ -29,20 +29,28 @@ from tests._overlap import OverlapRecorder
 from tests._wait import until
 from tests.engine.coordination._helpers import fresh_window
 from tests.transport import _celery_primitive_reactors as p
-from tests.transport._harness import Worker, on_queue, records, serving
+from tests.transport._harness import (
+    Worker,
+    finished,
+    go,
+    on_queue,
+    recorded,
+    records,
+    serving,
+    stored,
+    waiting,
+    whats,
+)
 
 QUEUE = "py_reactor_primitives"
 PARK_DELAY = 60.0  # the workers' park timer: far longer than any wake may take
 WOKEN_WITHIN = 15.0  # a run that ends this soon after the event was woken, not timed
 
-#: The module's workers while they run (their logs explain a run that did not end).
-STARTED: list[Worker] = []
-
 
 @pytest.fixture(scope="module")
 def primitive_workers(redis_url: str) -> Iterator[list[Worker]]:
     with serving(
-        redis_url, QUEUE, "tests.transport._celery_primitive_reactors", p.Ping, STARTED, PARK_DELAY
+        redis_url, QUEUE, "tests.transport._celery_primitive_reactors", p.Ping, None, PARK_DELAY
     ) as started:
         yield started
 
@@ -52,71 +60,14 @@ def _on_celery(_default_settings: None, primitive_workers: list[Worker], redis_u
     on_queue(redis_url, QUEUE, PARK_DELAY)
 
 
-@pytest.fixture
-def raw(redis_url: str) -> redis.Redis:
-    return redis.Redis.from_url(redis_url, decode_responses=True)
-
-
 def recorder(redis_url: str, account: str) -> OverlapRecorder:
     return OverlapRecorder(redis_url, f"celery-primitives:{account}")
-
-
-def finished(out: Any, raw: redis.Redis, key: str, timeout: float = 30) -> Any:
-    """``out.wait(timeout)``; if it does not end, fail saying where it is, what its steps
-    recorded and what the workers logged."""
-    try:
-        return out.wait(timeout=timeout)
-    except TimeoutError as exc:
-        found = find(out.execution_id)
-        lines = [str(exc), f"records of {key}: {raw.lrange(f'celery-test:{key}', 0, -1)}"]
-        if found is not None:
-            trace = [(e["type"], e["step"]) for e in found.trace]
-            lines.append(f"{out.execution_id}: {found.status} {found.waiting_on} {trace}")
-        lines += [worker.output()[-3000:] for worker in STARTED]
-        raise AssertionError("\n".join(lines)) from exc
-
-
-def stored(execution_id: str) -> Any:
-    found = find(execution_id)
-    assert found is not None, f"execution {execution_id} is not stored"
-    return found
-
-
-def waiting(execution_id: str, primitive: str, timeout: float = 30) -> Any:
-    """The stored execution once it is parked waiting on ``primitive``."""
-
-    def parked() -> Any:
-        found = find(execution_id)
-        if found is None or found.status != "waiting" or not found.waiting_on:
-            return None
-        return found if found.waiting_on["primitive"] == primitive else None
-
-    try:
-        return until(parked, f"{execution_id} parked on {primitive}", timeout)
-    except AssertionError as exc:
-        found = find(execution_id)
-        seen = None if found is None else (found.status, found.waiting_on)
-        raise AssertionError(f"{exc}; it is {seen}") from None
 
 
 def parks(execution_id: str) -> list[tuple[str, str, str]]:
     """The ``(step, primitive, key)`` of every park in the stored trace, in order."""
     trace = stored(execution_id).trace
     return [(e["step"], e["primitive"], e["key"]) for e in trace if e["type"] == "parked"]
-
-
-def whats(raw: redis.Redis, key: str) -> list[str]:
-    return [what for what, _ in records(raw, key)]
-
-
-def recorded(raw: redis.Redis, key: str, what: str) -> bool:
-    return any(entry.startswith(what) for entry in whats(raw, key))
-
-
-def go(raw: redis.Redis, key: str) -> float:
-    """Let the body waiting on ``key`` go on; when (monotonic) it was told."""
-    raw.rpush(f"celery-test:{key}:go", "go")
-    return time.monotonic()
 
 
 def in_workers(raw: redis.Redis, key: str) -> None:
