@@ -26,25 +26,16 @@ QUEUE = "py_reactor_interrupts"
 PARK_DELAY = 30.0  # the workers' park timer: a resume within seconds was woken, not timed
 
 
-#: The module's workers while they run (their logs explain a run that did not end).
-STARTED: list[Worker] = []
-
-
 @pytest.fixture(scope="module")
 def interrupt_workers(redis_url: str) -> Iterator[list[Worker]]:
     reactors = "tests.transport._celery_interrupt_reactors"
-    with serving(redis_url, QUEUE, reactors, c.Ping, STARTED, PARK_DELAY) as started:
+    with serving(redis_url, QUEUE, reactors, c.Ping, None, PARK_DELAY) as started:
         yield started
 
 
 @pytest.fixture(autouse=True)
 def _on_celery(_default_settings: None, interrupt_workers: list[Worker], redis_url: str) -> None:
     on_queue(redis_url, QUEUE, PARK_DELAY)
-
-
-@pytest.fixture
-def raw(redis_url: str) -> redis.Redis:
-    return redis.Redis.from_url(redis_url, decode_responses=True)
 
 
 def paused(execution_id: str) -> bool:
@@ -75,8 +66,9 @@ def test_paused_in_a_worker_and_resumed_by_correlation_id_into_a_worker(
     steps = records(raw, key)
     assert [what for what, _ in steps] == ["prepare", "pay by=ann locked=True"]
     assert all(pid != os.getpid() for _, pid in steps)  # both ran in worker processes
-    with pytest.raises(ResumeError):
+    with pytest.raises(ResumeError, match="resumed already and has completed") as caught:
         c.Review.resume(out.execution_id, {"approved": True, "by": "bob"})
+    assert (caught.value.status, caught.value.execution_id) == ("completed", out.execution_id)
 
 
 def test_paused_in_a_worker_and_resumed_inline_in_this_process(key: str, raw: redis.Redis) -> None:
