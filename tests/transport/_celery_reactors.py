@@ -1,20 +1,21 @@
 """Reactors the Celery tests send to real worker processes.
 
-They run in other processes, so they report through Redis: each step appends
-``"<name>:<pid>"`` to the list ``celery-test:<key>``, and a step that must wait for the test
-blocks on ``celery-test:<key>:go`` (the test pushes to it).
+They run in other processes, so they report through Redis (``_worker_side``): each step
+appends ``"<name>:<pid>"`` to the list ``celery-test:<key>``, and a step that must wait for the
+test blocks on ``celery-test:<key>:go`` (the test pushes to it). ``client``, ``record`` and
+``hold_until_told`` stay importable from here (other reactors modules import them, and
+importing this module applies the worker settings too).
 """
 
 from __future__ import annotations
 
-import os
 import time
 
 from py_reactor import (
+    Lock,
     Reactor,
     Result,
     background,
-    configure,
     retries,
     step,
     with_lock,
@@ -22,35 +23,9 @@ from py_reactor import (
     with_period,
     with_rate_limit,
 )
-from py_reactor.storage import current_store
+from tests.transport._worker_side import apply_settings, client, hold_until_told, record
 
-# The worker processes' settings, from the environment their test gives them.
-for _option, _variable in (
-    ("execution_lease", "PY_REACTOR_TEST_LEASE"),
-    ("park_max_attempts", "PY_REACTOR_TEST_PARK_CAP"),
-    ("park_delay", "PY_REACTOR_TEST_PARK_DELAY"),
-    ("park_jitter", "PY_REACTOR_TEST_PARK_JITTER"),
-    ("unimportable_grace", "PY_REACTOR_TEST_UNIMPORTABLE_GRACE"),
-):
-    if os.environ.get(_variable):
-        configure(**{_option: float(os.environ[_variable])})
-
-
-def client():  # type: ignore[no-untyped-def]
-    return current_store().client  # type: ignore[attr-defined]
-
-
-def record(key: str, what: str) -> None:
-    client().rpush(f"celery-test:{key}", f"{what}:{os.getpid()}")
-
-
-def hold_until_told(key: str, timeout: float = 30) -> None:
-    """Block until the test pushes to ``celery-test:<key>:go`` (in short BLPOPs: the store's
-    client gives up reading after its 5 s socket timeout)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if client().blpop([f"celery-test:{key}:go"], timeout=1):
-            return
+apply_settings()  # the settings the test gave this worker process
 
 
 @background
@@ -170,7 +145,8 @@ class Slow(Reactor):
 @with_lock(lambda args: f"celery-test:outer:{args['account']}", ttl=10)
 class LockedBoth(Reactor):
     """A reactor-level lock on ``outer:<account>`` around ``reserve`` and a step-level lock
-    on ``<account>`` for ``charge``."""
+    on ``<account>`` for ``charge``, which appends the state of the outer lock (``owner|count|
+    fencing token``, as it sees it from inside) to ``celery-test:<key>:outer``."""
 
     key: str
     account: str
@@ -183,6 +159,10 @@ class LockedBoth(Reactor):
     @step(wait_for=["reserve"])
     @with_lock(lambda args: f"celery-test:{args['account']}", ttl=10)
     def charge(key: str, account: str) -> str:
+        outer = Lock(f"celery-test:outer:{account}").state()
+        client().rpush(
+            f"celery-test:{key}:outer", f"{outer.owner}|{outer.count}|{outer.fencing_token}"
+        )
         record(key, "charge")
         return "charged"
 
@@ -234,3 +214,12 @@ class MeteredThenLocked(Reactor):
         return "charged"
 
     returns = "charge"
+
+
+@background
+class Ping(Reactor):
+    """The workers' warm-up: one job through the module's queue before the first test."""
+
+    @step
+    def pong() -> str:
+        return "pong"

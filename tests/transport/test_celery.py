@@ -2,8 +2,12 @@
 
 Two worker processes (prefork, two pool processes each) serve the whole module, started as a
 user would start them, on the session's private redis-server as store and broker; no eager
-mode. The reactors (``_celery_reactors``) report through Redis. Tests that kill a worker or
-restart Redis start workers (and a server) of their own, on a queue of their own.
+mode. Their park timer is 60 s without jitter, so a parked run that resumes within seconds of
+a release was woken by it, never re-sent by the timer; their execution lease is the library's
+(30 s), so a pool process stalled on a busy machine never has its run recovered (and a step
+re-run) behind its back. The reactors (``_celery_reactors``) report through Redis. Tests that
+kill a worker or restart Redis start workers (and a server) of their own, on a queue of their
+own, with a short lease.
 """
 
 from __future__ import annotations
@@ -22,45 +26,50 @@ from typing import Any
 import pytest
 import redis
 
-from py_reactor import Reactor, configure, find, workers
+from py_reactor import Reactor, configure, find
 from py_reactor.engine.context import Context
 from py_reactor.engine.serializer import dumps_context
 from py_reactor.storage.executions import record_key
 from tests._redis import PrivateRedis, free_port
 from tests._wait import until
+from tests.engine.coordination._helpers import fresh_window
 from tests.transport import _celery_reactors as r
-from tests.transport._harness import ROOT, Worker, records, start_workers
+from tests.transport._harness import (
+    ROOT,
+    Worker,
+    finished,
+    on_queue,
+    ran_nothing,
+    records,
+    serving,
+    start_workers,
+    stored,
+    waiting,
+    whats,
+)
 
-LEASE = 2.0  # the workers' execution lease (seconds): recovery tests wait about this long
+QUEUE = "py_reactor"  # the module's workers serve the default queue
+LEASE = 2.0  # the execution lease of the recovery tests' own workers (seconds)
 GRACE = 1.0  # the module's workers' unimportable_grace (seconds)
+PARK_DELAY = 60.0  # the module's workers' park timer: far longer than any wake may take
+WOKEN_WITHIN = 15.0  # a run that ends this soon after a release was woken, not timed
 
 
 @pytest.fixture(scope="module")
-def celery_workers(private_redis: PrivateRedis) -> Iterator[list[Worker]]:
+def celery_workers(redis_url: str) -> Iterator[list[Worker]]:
     """Two worker processes serving the ``py_reactor`` queue for the whole module (an
     execution whose reactor they cannot import is left for another worker for 1 s)."""
-    started = start_workers(
-        private_redis.url,
-        2,
-        settings={"PY_REACTOR_TEST_UNIMPORTABLE_GRACE": str(GRACE, lease=LEASE)},
-    )
-    yield started
-    for worker in started:
-        worker.stop()
+    grace = {"PY_REACTOR_TEST_UNIMPORTABLE_GRACE": str(GRACE)}
+    with serving(
+        redis_url, QUEUE, "tests.transport._celery_reactors", r.Ping, None, PARK_DELAY, grace
+    ) as started:
+        yield started
 
 
 @pytest.fixture(autouse=True)
-def _on_celery(
-    _default_settings: None, celery_workers: list[Worker], private_redis: PrivateRedis
-) -> None:
+def _on_celery(_default_settings: None, celery_workers: list[Worker], redis_url: str) -> None:
     """Dispatch to Celery (and no thread worker of this process competes for the work)."""
-    workers.stop()
-    configure(worker="celery", redis_url=private_redis.url)
-
-
-@pytest.fixture
-def raw(private_redis: PrivateRedis) -> redis.Redis:
-    return private_redis.client()
+    on_queue(redis_url, QUEUE, PARK_DELAY)
 
 
 # ----------------------------------------------------------------------------- hand-off
@@ -147,24 +156,21 @@ def test_a_release_in_this_process_wakes_the_run_parked_in_a_worker(
     raw: redis.Redis, key: str
 ) -> None:
     """The test holds the step's lock; the worker parks the run (status waiting, the key in
-    waiting_on); the release here wakes it at once, long before the park timer (5-10 s)."""
+    waiting_on); the release here wakes it within seconds, long before the park timer (60 s)."""
     from py_reactor import Lock
 
     account = f"acct-{key}"
     held = Lock(f"celery-test:{account}", owner="the-test", ttl=30).acquire()
     out = r.LockedCharge.run(key=key, account=account, hold=0)
-    waiting = until(
-        lambda: (f := find(out.execution_id)) is not None and f.status == "waiting" and f,
-        "the run parked",
-    )
-    assert waiting.waiting_on["primitive"] == "lock"
-    assert waiting.waiting_on["key"] == f"celery-test:{account}"
-    assert waiting.waiting_on["step"] == "charge"
+    parked = waiting(out.execution_id)
+    assert parked.waiting_on["primitive"] == "lock"
+    assert parked.waiting_on["key"] == f"celery-test:{account}"
+    assert parked.waiting_on["step"] == "charge"
     released = time.monotonic()
     held.release()
-    done = out.wait(timeout=30)
+    done = finished(out, raw, key)
     assert done.is_success
-    assert time.monotonic() - released < 3.0, "the release did not wake the parked run"
+    assert time.monotonic() - released < WOKEN_WITHIN, "the release did not wake the parked run"
     assert [what for what, _ in records(raw, key)] == ["reserve", "charge"]
 
 
@@ -178,48 +184,69 @@ def test_retries_requeue_the_execution_instead_of_sleeping_in_a_worker(
     assert [what for what, _ in records(raw, key)] == ["call 1", "call 2", "call 3"]
 
 
-def parked(execution_id: str) -> Any:
-    return until(
-        lambda: (f := find(execution_id)) is not None and f.status == "waiting" and f,
-        "the run parked",
-    )
-
-
-def test_a_reactor_level_park_keeps_nothing_and_the_release_wakes_it(key: str) -> None:
-    """The reactor's own lock is busy: the run parks before any step (step None), and the
-    release here wakes it."""
+def test_a_reactor_level_park_keeps_nothing_and_the_release_wakes_it(
+    raw: redis.Redis, key: str
+) -> None:
+    """The reactor's own lock is busy: the run parks before any step (step None) holding
+    nothing, and the release here wakes it within seconds (park timer 60 s); it then runs
+    every step once, holding the reactor lock."""
     from py_reactor import Lock
 
     account = f"acct-{key}"
-    held = Lock(f"celery-test:outer:{account}", owner="the-test", ttl=30).acquire()
+    outer = f"celery-test:outer:{account}"
+    held = Lock(outer, owner="the-test", ttl=30).acquire()
     out = r.LockedBoth.run(key=key, account=account)
-    waiting = parked(out.execution_id)
-    assert waiting.waiting_on["step"] is None
-    assert waiting.waiting_on["key"] == f"celery-test:outer:{account}"
+    parked = waiting(out.execution_id, "lock")
+    assert parked.waiting_on["step"] is None
+    assert parked.waiting_on["key"] == outer
+    assert parked.holds == []
+    assert Lock(outer).state().owner == "the-test"  # the run did not get in meanwhile
+    assert whats(raw, key) == []
+    released = time.monotonic()
     held.release()
-    assert out.wait(timeout=30).is_success
+    done = finished(out, raw, key)
+    assert done.is_success, (done, getattr(done, "error", None))
+    assert time.monotonic() - released < WOKEN_WITHIN, "the release did not wake the parked run"
+    assert whats(raw, key) == ["reserve", "charge"]
+    owner, count, _ = raw.lrange(f"celery-test:{key}:outer", 0, -1)[0].split("|")
+    assert (owner, count) == (out.execution_id, "1")
+    parks = [e for e in stored(out.execution_id).trace if e["type"] == "parked"]
+    assert [(e["step"], e["primitive"], e["key"]) for e in parks] == [(None, "lock", outer)]
 
 
 def test_holds_kept_across_a_park_stay_the_runs_and_are_not_taken_twice(
     raw: redis.Redis, key: str
 ) -> None:
     """Parked at ``charge`` (the test holds its key), the run keeps its reactor-level lock:
-    nobody else can take it meanwhile; after the wake it completes, and it acquired the
-    reactor lock once (one trace entry claims it)."""
+    the lock is the run's (one level, one hold entry), nobody else can take it meanwhile;
+    after the wake it completes still under the same hold (same fencing token, one level: not
+    taken again), and gives it back at the end."""
     from py_reactor import Lock
     from py_reactor.errors import LockAcquisitionError
 
     account = f"acct-{key}"
+    outer = f"celery-test:outer:{account}"
     held = Lock(f"celery-test:{account}", owner="the-test", ttl=30).acquire()
     out = r.LockedBoth.run(key=key, account=account)
-    waiting = parked(out.execution_id)
-    assert waiting.waiting_on["step"] == "charge"
-    with pytest.raises(LockAcquisitionError):
-        Lock(f"celery-test:outer:{account}", wait=0).acquire()
+    parked = waiting(out.execution_id, "lock")
+    assert parked.waiting_on["step"] == "charge"
+    kept = Lock(outer).state()
+    assert (kept.owner, kept.count) == (out.execution_id, 1)
+    assert [h["key"] for h in parked.holds if h["primitive"] == "lock"] == [outer]
+    with pytest.raises(LockAcquisitionError, match=outer):
+        Lock(outer, wait=0).acquire()
+    released = time.monotonic()
     held.release()
-    assert out.wait(timeout=30).is_success
-    assert [what for what, _ in records(raw, key)] == ["reserve", "charge"]
-    Lock(f"celery-test:outer:{account}", wait=0).acquire().release()  # given back at the end
+    done = finished(out, raw, key)
+    assert done.is_success, (done, getattr(done, "error", None))
+    assert time.monotonic() - released < WOKEN_WITHIN, "the release did not wake the parked run"
+    assert whats(raw, key) == ["reserve", "charge"]
+    # Seen from inside charge, after the wake: the same hold, at one level.
+    seen = raw.lrange(f"celery-test:{key}:outer", 0, -1)
+    assert seen == [f"{out.execution_id}|1|{kept.fencing_token}"]
+    parks = [e for e in stored(out.execution_id).trace if e["type"] == "parked"]
+    assert [(e["step"], e["primitive"]) for e in parks] == [("charge", "lock")]
+    assert Lock(outer).state().owner is None  # given back at the end
 
 
 def test_ordered_runs_pass_in_dispatch_order_across_worker_processes(
@@ -235,19 +262,29 @@ def test_a_rate_limit_and_a_period_are_charged_once_across_a_park(
     raw: redis.Redis, key: str
 ) -> None:
     """``call`` spends one call of its rate limit and ``digest`` marks its day, then the run
-    parks at ``charge``; the resumed run runs neither again (nor charges them)."""
-    from py_reactor import Lock, Period, RateLimit
+    parks at ``charge``; the resumed run runs neither again (nor charges them): the minute
+    the run started in, and the next one, hold one call in all."""
+    from py_reactor import Lock, Period
+    from py_reactor.storage import keys
 
     account = f"acct-{key}"
+    api = f"celery-test:api:{key}"
     held = Lock(f"celery-test:{account}", owner="the-test", ttl=30).acquire()
+    fresh_window(raw, 60, margin=40)  # the run and its wake fall in one minute
+    minute = int(raw.time()[0]) // 60
     out = r.MeteredThenLocked.run(key=key, account=account)
-    parked(out.execution_id)
+    parked = waiting(out.execution_id, "lock")
+    assert parked.waiting_on["step"] == "charge"
+    assert whats(raw, key) == ["call", "digest"]
+    released = time.monotonic()
     held.release()
-    assert out.wait(timeout=30).is_success
-    usage = RateLimit(f"celery-test:api:{key}", limit=10, period="minute").usage()
-    assert list(usage.values()) == [1]
+    done = finished(out, raw, key)
+    assert done.is_success, (done, getattr(done, "error", None))
+    assert time.monotonic() - released < WOKEN_WITHIN, "the release did not wake the parked run"
+    counters = [raw.get(keys.rate_limit_counter(api, 60, minute + i)) for i in range(2)]
+    assert counters == ["1", None]
     assert Period(f"celery-test:digest:{key}", every="day").is_done()
-    assert [what for what, _ in records(raw, key)] == ["call", "digest", "charge"]
+    assert whats(raw, key) == ["call", "digest", "charge"]
 
 
 def test_the_park_cap_fails_the_run_on_a_worker_and_rolls_it_back(
@@ -265,7 +302,7 @@ def test_the_park_cap_fails_the_run_on_a_worker_and_rolls_it_back(
         "PY_REACTOR_TEST_PARK_DELAY": "0.1",
         "PY_REACTOR_TEST_PARK_JITTER": "0",
     }
-    (capped,) = start_workers(private_redis.url, 1, queue=queue, settings=settings, lease=LEASE)
+    (capped,) = start_workers(private_redis.url, 1, queue=queue, settings=settings)
     account = f"acct-{key}"
     held = Lock(f"celery-test:{account}", owner="the-test", ttl=30).acquire()
     try:
@@ -287,17 +324,21 @@ def test_the_park_cap_fails_the_run_on_a_worker_and_rolls_it_back(
 # ----------------------------------------------------------------------------- delivery
 
 
-def test_a_duplicated_job_runs_the_execution_once(raw: redis.Redis, key: str) -> None:
+def test_a_duplicated_job_runs_the_execution_once(
+    raw: redis.Redis, key: str, celery_workers: list[Worker]
+) -> None:
     """Two more copies of the job (same epoch) go to the queue: one claim wins, the copies
-    find the epoch moved (or the run ended) and run nothing."""
+    find the epoch moved (or the run ended) and run nothing (the workers say so, twice: they
+    were consumed), and the steps ran once."""
     from py_reactor.transport import celery
 
     out = r.Three.run(key=key, n=1)
     celery.send(out.execution_id, 0)
     celery.send(out.execution_id, 0)
-    assert out.wait(timeout=30).is_success
-    time.sleep(0.5)  # the copies are consumed meanwhile
-    assert [what for what, _ in records(raw, key)] == ["first", "second", "third"]
+    assert finished(out, raw, key).is_success
+    ran_nothing(celery_workers, out.execution_id, epoch=0, times=2)
+    assert whats(raw, key) == ["first", "second", "third"]
+    assert stored(out.execution_id).status == "completed"
 
 
 def test_a_job_nobody_claims_is_sent_again_after_celery_resend_after(
@@ -319,28 +360,29 @@ def test_a_job_nobody_claims_is_sent_again_after_celery_resend_after(
     assert [what for what, _ in records(raw, key)] == ["first", "second", "third"]
 
 
-def test_a_stale_job_for_a_parked_execution_runs_nothing(raw: redis.Redis, key: str) -> None:
+def test_a_stale_job_for_a_parked_execution_runs_nothing(
+    raw: redis.Redis, key: str, celery_workers: list[Worker]
+) -> None:
     """The first job (epoch 0) ran and parked the execution; a late copy of it (redelivered,
-    duplicated) finds the epoch moved: no second attempt, no second park."""
+    duplicated) finds the epoch moved: a worker consumes it and says it ran nothing; no
+    second attempt, no second park."""
     from py_reactor import Lock
     from py_reactor.transport import celery
 
     account = f"acct-{key}"
     held = Lock(f"celery-test:{account}", owner="the-test", ttl=30).acquire()
     out = r.LockedCharge.run(key=key, account=account, hold=0)
-    until(
-        lambda: (f := find(out.execution_id)) is not None and f.status == "waiting",
-        "the run parked",
-    )
+    waiting(out.execution_id, "lock")
     celery.send(out.execution_id, 0)  # the stale copy
-    time.sleep(1.0)  # consumed and dropped meanwhile
-    found = find(out.execution_id)
-    assert found is not None
+    ran_nothing(celery_workers, out.execution_id, epoch=0, times=1)
+    found = stored(out.execution_id)
     assert found.status == "waiting"
     assert found.parks == 1
     assert [e["type"] for e in found.trace].count("parked") == 1
+    assert whats(raw, key) == ["reserve"]
     held.release()
-    assert out.wait(timeout=30).is_success
+    assert finished(out, raw, key).is_success
+    assert whats(raw, key) == ["reserve", "charge"]
 
 
 def _stored(execution_id: str, reactor: str, context: str) -> None:
@@ -547,18 +589,18 @@ def test_a_woken_execution_goes_ahead_of_new_work_queued_before_it(
     queue = f"order-{key}"
     account = f"acct-{key}"
     configure(celery_queue=queue)
-    (first,) = start_workers(private_redis.url, 1, queue=queue, lease=LEASE)
+    (first,) = start_workers(private_redis.url, 1, queue=queue)
     held = Lock(f"celery-test:{account}", owner="the-test", ttl=30).acquire()
     try:
         woken = r.LockedCharge.run(key=f"{key}-woken", account=account, hold=0)
-        parked(woken.execution_id)
+        waiting(woken.execution_id, "lock")
         first.stop()  # nobody serves the queue now: the jobs below wait in it
         fresh = [r.Three.run(key=f"{key}-new-{i}", n=i) for i in range(5)]
         held.release()  # the woken run's job is queued behind the five new ones
         # A module worker's dispatcher sends it: it lands in the queue's list of priority 0
         # (the new ones wait in the list of priority 6).
         until(lambda: raw.llen(queue) == 1, "the woken run's job is queued")
-        second = Worker(private_redis.url, queue, concurrency=1, lease=LEASE)  # one job at a time
+        second = Worker(private_redis.url, queue, concurrency=1)  # one job at a time
         second.wait_ready()
         try:
             assert woken.wait(timeout=30).is_success
