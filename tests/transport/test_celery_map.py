@@ -22,23 +22,30 @@ from py_reactor import Lock, MapResult, Middleware, configure, find
 from py_reactor.engine.context import Context
 from py_reactor.engine.kinds.fan_out import element_id
 from py_reactor.observability import events as ev
-from tests._wait import until
+from tests._overlap import OverlapRecorder
+from tests._wait import status, until
 from tests.transport import _celery_map_reactors as c
-from tests.transport._harness import Worker, on_queue, records, serving
+from tests.transport._harness import (
+    Worker,
+    explain,
+    finished,
+    on_queue,
+    records,
+    serving,
+    stored,
+    waiting,
+    whats,
+)
 
 QUEUE = "py_reactor_map_fan_out"
 PARK_DELAY = 30.0  # the workers' park timer: far longer than any wake may take
-WOKEN_WITHIN = 5.0  # a resume this soon after the event can only be a wake
-
-
-#: The module's workers while they run (their logs explain a run that did not end).
-STARTED: list[Worker] = []
+WOKEN_WITHIN = 15.0  # a resume this soon after the event can only be a wake
 
 
 @pytest.fixture(scope="module")
 def map_workers(redis_url: str) -> Iterator[list[Worker]]:
     with serving(
-        redis_url, QUEUE, "tests.transport._celery_map_reactors", c.Ping, STARTED, PARK_DELAY
+        redis_url, QUEUE, "tests.transport._celery_map_reactors", c.Ping, None, PARK_DELAY
     ) as started:
         yield started
 
@@ -46,11 +53,6 @@ def map_workers(redis_url: str) -> Iterator[list[Worker]]:
 @pytest.fixture(autouse=True)
 def _on_celery(_default_settings: None, map_workers: list[Worker], redis_url: str) -> None:
     on_queue(redis_url, QUEUE, PARK_DELAY)
-
-
-@pytest.fixture
-def raw(redis_url: str) -> redis.Redis:
-    return redis.Redis.from_url(redis_url, decode_responses=True)
 
 
 class Dispatches(Middleware):
@@ -66,27 +68,6 @@ class Dispatches(Middleware):
 def ids_of(execution_id: str, count: int) -> list[str]:
     run = Context(reactor="-", inputs={}, execution_id=execution_id)
     return [element_id(run, f"charges[{i}]") for i in range(count)]
-
-
-def whats(raw: redis.Redis, key: str) -> list[str]:
-    return [what for what, _ in records(raw, key)]
-
-
-def status(execution_id: str) -> str | None:
-    found = find(execution_id)
-    return None if found is None else found.status
-
-
-def explain(raw: redis.Redis, key: str, ids: list[str]) -> str:
-    """Where the run and its elements are, and what the workers logged (a run that hung)."""
-    lines = [f"records of {key}: {raw.lrange(f'celery-test:{key}', 0, -1)}"]
-    for execution_id in ids:
-        found = find(execution_id)
-        if found is not None:
-            trace = [(e["type"], e["step"]) for e in found.trace]
-            lines.append(f"{execution_id}: {found.status} {found.waiting_on} {trace}")
-    lines += [worker.output()[-3000:] for worker in STARTED]
-    return "\n".join(lines)
 
 
 def test_both_modes_fan_out_to_worker_processes(raw: redis.Redis, key: str) -> None:
@@ -160,7 +141,7 @@ def test_back_pressure_holds_across_processes_and_the_parked_run_is_woken(
         raise AssertionError(explain(raw, key, [out.execution_id, *ids])) from exc
     assert done.is_success, (done, getattr(done, "error", None))
     assert done.value == ["1 eur", "2 eur", "3 eur", "4 eur", "5 eur"]
-    assert time.monotonic() - told < 30, "the parked run was left to its 30 s timer"
+    assert time.monotonic() - told < WOKEN_WITHIN, "the parked run was left to its 30 s timer"
     assert inside.entries == 5
     assert inside.max_concurrency == 2
     assert inside.replayed_max() == 2
@@ -218,3 +199,48 @@ def test_a_contended_element_parks_in_its_job_and_the_release_wakes_it(
     trace = [(e["type"], e["step"]) for e in element.trace]
     assert trace == [("parked", "charge"), ("run", "charge")]
     assert f"charge 2 owner={second}" in whats(raw, key)
+
+
+def test_fanned_out_elements_on_one_lock_take_turns_each_in_its_own_job(
+    raw: redis.Redis, redis_url: str, key: str
+) -> None:
+    """Four elements in flight at once, each in a job of its own, need one card: with this
+    process holding it, all four park on it (in their own executions); once released, they
+    take it one at a time, each under its own execution id (never the run's), each release
+    waking the next; the run, parked on its elements in a worker, completes within seconds
+    (park timer 30 s)."""
+    n = 4
+    card = c.shared_card({"key": key})
+    inside = OverlapRecorder(redis_url, f"celery-map:{key}")
+    held = Lock(card, ttl=30, wait=0).acquire()
+    try:
+        out = c.BgShared.run(key=key, items=list(range(1, n + 1)))
+        ids = ids_of(out.execution_id, n)
+        for element in ids:
+            parked = waiting(element, "lock")
+            assert (parked.waiting_on["key"], parked.waiting_on["step"]) == (card, "charge")
+        assert whats(raw, key) == []  # no body ran while this process held the card
+        assert inside.entries == 0
+    finally:
+        released = time.monotonic()
+        held.release()
+    done = finished(out, raw, key, timeout=60)
+    assert done.is_success, (done, getattr(done, "error", None))
+    assert time.monotonic() - released < WOKEN_WITHIN, "the releases did not wake the elements"
+    assert done.value == [f"{i} eur" for i in range(1, n + 1)]
+    assert inside.entries == n
+    assert inside.max_concurrency == 1
+    assert inside.overlaps == 0
+    assert inside.replayed_max() == 1
+    owners = {what.split(" owner=")[0]: what.split(" owner=")[1] for what in whats(raw, key)}
+    assert owners == {f"charge {i + 1}": element for i, element in enumerate(ids)}
+    assert out.execution_id not in owners.values()
+    assert all(pid != os.getpid() for _, pid in records(raw, key))
+    for element in ids:
+        found = stored(element)
+        assert found.status == "completed"
+        parks = {
+            (e["step"], e["primitive"], e["key"]) for e in found.trace if e["type"] == "parked"
+        }
+        assert parks == {("charge", "lock", card)}
+    assert Lock(card).state().owner is None  # given back by the last one
