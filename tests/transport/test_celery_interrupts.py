@@ -10,6 +10,7 @@ the session's private redis-server as store and broker; the reactors report thro
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -20,10 +21,11 @@ from py_reactor.errors import InputValidationError, InterruptTimeoutError, Resum
 from py_reactor.testing import assert_paused_at
 from tests._wait import until
 from tests.transport import _celery_interrupt_reactors as c
-from tests.transport._harness import Worker, on_queue, records, serving
+from tests.transport._harness import Worker, finished, on_queue, records, serving, waiting, whats
 
 QUEUE = "py_reactor_interrupts"
 PARK_DELAY = 30.0  # the workers' park timer: a resume within seconds was woken, not timed
+WOKEN_WITHIN = 15.0  # a run that ends this soon after the release was woken, not timed
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +54,7 @@ def test_paused_in_a_worker_and_resumed_by_correlation_id_into_a_worker(
     assert find(out.execution_id).holds == []  # type: ignore[union-attr]
     assert Lock(c.lock_key(key)).state().owner is None  # given back on pause
 
-    with pytest.raises(InputValidationError):
+    with pytest.raises(InputValidationError, match=r"\(Approval\): by: Field required"):
         c.Review.resume(correlation_id=f"celery:{key}", payload={"approved": True})
     assert paused(out.execution_id)
 
@@ -97,11 +99,17 @@ def test_a_resumed_run_parks_on_its_busy_reactor_lock_and_is_woken(
 ) -> None:
     out = c.Review.run(key=key)
     until(lambda: paused(out.execution_id), "the pause in a worker")
-    with Lock(c.lock_key(key), ttl=30, wait=0):
+    """Resumed while this process holds its reactor lock: the run parks on the lock (in a
+    worker), and the release here wakes it within seconds (park timer 30 s)."""
+    held = Lock(c.lock_key(key), ttl=30, wait=0).acquire()
+    try:
         dispatched = c.Review.resume(out.execution_id, {"approved": True, "by": "cy"})
-        until(
-            lambda: (f := find(out.execution_id)) is not None and f.status == "waiting",
-            "a park on the reactor lock",
-        )
-    done = dispatched.wait(timeout=20)  # well inside the 30 s park timer: the release woke it
+        parked = waiting(out.execution_id, "lock")
+        assert (parked.waiting_on["key"], parked.waiting_on["step"]) == (c.lock_key(key), None)
+    finally:
+        released = time.monotonic()
+        held.release()
+    done = finished(dispatched, raw, key)
+    assert time.monotonic() - released < WOKEN_WITHIN, "the release did not wake the parked run"
     assert done.value == "paid by cy"
+    assert whats(raw, key) == ["prepare", "pay by=cy locked=True"]
