@@ -118,12 +118,13 @@ def race(
     key: str,
     primitive: str,
     busy: str,
-    release: Callable[[], None],
+    release: Callable[[], object],
 ) -> tuple[Any, float]:
     """Run ``reactor`` keyed ``key`` while ``busy`` (a key of ``primitive``) is held by this
     process; when the worker has the busy answer and is about to write the park (its
     middleware says so and waits), release ``busy`` from here, then let the worker write the
-    park. ``(the stored end of the run, when it was released)``."""
+    park. ``(the run, when the key was released)``; the run completed within
+    ``WOKEN_WITHIN`` of the release."""
     raw.set(w.race_arm(busy), "1")
     out = reactor.run(key=key)
     until(lambda: raw.lpop(w.race_parked(busy)), "the worker at the park, before its write")
@@ -133,7 +134,7 @@ def race(
     release()
     released = time.monotonic()
     raw.rpush(w.race_done(busy), "done")  # now the worker writes the park
-    done = finished(out, raw, key, timeout=PARK_DELAY + 30)
+    done = finished(out, raw, key, timeout=WOKEN_WITHIN)  # far inside the park timer
     assert done.is_success, (done, getattr(done, "error", None))
     assert time.monotonic() - released < WOKEN_WITHIN, (
         "a release between the busy answer and the park's write did not wake the run"
