@@ -21,25 +21,31 @@ from typing import Any
 import pytest
 import redis
 
-from py_reactor import Lock, OrderedLock, Period, Reactor, Semaphore, find
+from py_reactor import Lock, OrderedLock, Period, Reactor, Semaphore
 from py_reactor.storage import keys
 from tests._wait import until
 from tests.transport import _celery_worker_path_reactors as w
-from tests.transport._harness import Worker, on_queue, records, serving
+from tests.transport._harness import (
+    Worker,
+    finished,
+    on_queue,
+    records,
+    serving,
+    stored,
+    waiting,
+    whats,
+)
 
 QUEUE = "py_reactor_worker_paths"
 PARK_DELAY = 60.0  # the workers' park timer: far longer than any wake may take
 WOKEN_WITHIN = 15.0  # a run that ends this soon after the release was woken, not timed
 
-#: The module's workers while they run (their logs explain a run that did not end).
-STARTED: list[Worker] = []
-
 
 @pytest.fixture(scope="module")
 def path_workers(redis_url: str) -> Iterator[list[Worker]]:
     with serving(
-        redis_url, QUEUE, "tests.transport._celery_worker_path_reactors", w.Ping, STARTED,
-        PARK_DELAY,
+        redis_url, QUEUE, "tests.transport._celery_worker_path_reactors", w.Ping,
+        park_delay=PARK_DELAY,
     ) as started:  # fmt: skip
         yield started
 
@@ -47,44 +53,6 @@ def path_workers(redis_url: str) -> Iterator[list[Worker]]:
 @pytest.fixture(autouse=True)
 def _on_celery(_default_settings: None, path_workers: list[Worker], redis_url: str) -> None:
     on_queue(redis_url, QUEUE, PARK_DELAY)
-
-
-def finished(out: Any, raw: redis.Redis, key: str, timeout: float = 30) -> Any:
-    """``out.wait(timeout)``; if it does not end, fail saying where it is, what its steps
-    recorded and what the workers logged."""
-    try:
-        return out.wait(timeout=timeout)
-    except TimeoutError as exc:
-        found = find(out.execution_id)
-        lines = [str(exc), f"records of {key}: {raw.lrange(f'celery-test:{key}', 0, -1)}"]
-        if found is not None:
-            trace = [(e["type"], e["step"]) for e in found.trace]
-            lines.append(f"{out.execution_id}: {found.status} {found.waiting_on} {trace}")
-        lines += [worker.output()[-3000:] for worker in STARTED]
-        raise AssertionError("\n".join(lines)) from exc
-
-
-def stored(execution_id: str) -> Any:
-    found = find(execution_id)
-    assert found is not None, f"execution {execution_id} is not stored"
-    return found
-
-
-def waiting(execution_id: str, primitive: str, timeout: float = 30) -> Any:
-    """The stored execution once it is parked waiting on ``primitive``."""
-
-    def parked() -> Any:
-        found = find(execution_id)
-        if found is None or found.status != "waiting" or not found.waiting_on:
-            return None
-        return found if found.waiting_on["primitive"] == primitive else None
-
-    try:
-        return until(parked, f"{execution_id} parked on {primitive}", timeout)
-    except AssertionError as exc:
-        found = find(execution_id)
-        seen = None if found is None else (found.status, found.waiting_on)
-        raise AssertionError(f"{exc}; it is {seen}") from None
 
 
 def parks(execution_id: str) -> list[tuple[str | None, str, str]]:
@@ -96,10 +64,6 @@ def parks(execution_id: str) -> list[tuple[str | None, str, str]]:
 def park_events(raw: redis.Redis, key: str) -> list[str]:
     """The step paths of the parks the workers' middleware saw on ``key``."""
     return [entry.rpartition(":")[0] for entry in raw.lrange(w.parks_list(key), 0, -1)]
-
-
-def whats(raw: redis.Redis, key: str) -> list[str]:
-    return [what for what, _ in records(raw, key)]
 
 
 def in_workers(raw: redis.Redis, key: str) -> None:
