@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import redis
 
 from py_reactor import (
     Execution,
@@ -29,27 +30,24 @@ from py_reactor import (
 )
 from py_reactor.errors import DefinitionError, LockAcquisitionError
 from py_reactor.observability import events as ev
+from tests._overlap import OverlapRecorder
+from tests._wait import status, until
+from tests.engine.coordination._helpers import fresh_window
 from tests.runtime import _reactors as r
+
+#: The park timer of this module's runs (the tests of the cap set their own): far longer than
+#: WOKEN_WITHIN, so a run that completes within WOKEN_WITHIN of a release was woken by it.
+PARK_DELAY = 30.0
+
+#: How long after a release a woken run may take to complete (a loaded 2-core box included).
+WOKEN_WITHIN = 10.0
 
 
 @pytest.fixture(autouse=True)
 def _store(redis_url: str) -> Iterator[None]:
-    configure(redis_url=redis_url, park_delay=5.0, park_jitter=0.0)
+    configure(redis_url=redis_url, park_delay=PARK_DELAY, park_jitter=0.0)
     yield
     r.HOOKS.clear()
-
-
-def until(condition: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.005)
-
-
-def status(execution_id: str) -> str | None:
-    found = find(execution_id)
-    return None if found is None else found.status
 
 
 def ran(key: str) -> list[str]:
@@ -136,7 +134,7 @@ class Recorder(Middleware):
 
 def test_a_step_that_meets_a_held_lock_parks_and_the_release_wakes_it(key: str) -> None:
     """Status "waiting" with waiting_on, a "parked" trace entry and a StepParked event (no
-    failure event); the release of the key resumes it at once (well before the 5 s backstop);
+    failure event); the release of the key resumes it at once (well before the 30 s backstop);
     the step before it is not re-run."""
     recorder = Recorder()
     configure(middleware=[recorder])
@@ -155,8 +153,8 @@ def test_a_step_that_meets_a_held_lock_parks_and_the_release_wakes_it(key: str) 
     assert [type(e) for e in recorder.events] == [ev.StepParked]
     released = time.monotonic()
     held.release()
-    done = out.wait(timeout=10)
-    assert time.monotonic() - released < 2.0  # woken by the release, not the 5 s timer
+    done = out.wait(timeout=WOKEN_WITHIN)
+    assert time.monotonic() - released < WOKEN_WITHIN  # woken by the release, not the timer
     assert done.is_success, done
     assert calls == ["reserve", "charge"]
     assert [type(e) for e in recorder.events] == [ev.StepParked]
@@ -164,27 +162,18 @@ def test_a_step_that_meets_a_held_lock_parks_and_the_release_wakes_it(key: str) 
 
 
 def test_two_contending_runs_both_complete_only_the_loser_parks_nothing_overlaps(
-    key: str,
+    key: str, redis_url: str
 ) -> None:
     """Two background runs want one step lock: both complete, one parks once, no compensate
     or undo runs, and the two bodies never overlap."""
-    inside: list[int] = []
-    spans: list[tuple[str, float, float]] = []
+    charges = OverlapRecorder(redis_url, f"charge:{key}")
     calls: list[str] = []
-    guard = threading.Lock()
 
     def body(name: str, **_: Any) -> None:
         calls.append(name)
-        if name != "charge":
-            return
-        with guard:
-            inside.append(1)
-            assert len(inside) == 1
-        start = time.monotonic()
-        time.sleep(0.3)
-        with guard:
-            inside.pop()
-            spans.append((threading.current_thread().name, start, time.monotonic()))
+        if name == "charge":
+            with charges.inside(threading.current_thread().name):
+                time.sleep(0.3)
 
     r.HOOKS[key] = body
     first, second = r.LockedStep.run(key=key), r.LockedStep.run(key=key)
@@ -192,10 +181,10 @@ def test_two_contending_runs_both_complete_only_the_loser_parks_nothing_overlaps
     assert all(o.is_success for o in done), done
     parks = sorted(find(o.execution_id).parks for o in (first, second))  # type: ignore[union-attr]
     assert parks == [0, 1]
+    assert calls.count("charge") == 2
     assert "compensate charge" not in calls
     assert "undo reserve" not in calls
-    (a, b) = sorted(spans, key=lambda s: s[1])
-    assert a[2] <= b[1]
+    assert (charges.entries, charges.max_concurrency, charges.overlaps) == (2, 1, 0)
 
 
 def test_holds_taken_before_a_park_stay_held_while_parked(key: str) -> None:
@@ -209,7 +198,7 @@ def test_holds_taken_before_a_park_stay_held_while_parked(key: str) -> None:
     outer = Lock(f"outer:{key}").state()
     assert outer.owner == out.execution_id
     held.release()
-    assert out.wait(timeout=10).is_success
+    assert out.wait(timeout=WOKEN_WITHIN).is_success
     assert Lock(f"outer:{key}").state().owner is None
     trace = find(out.execution_id).trace  # type: ignore[union-attr]
     assert [e["type"] for e in trace] == ["parked", "run"]
@@ -228,7 +217,7 @@ def test_reactor_level_contention_parks_with_step_none(key: str) -> None:
     assert waiting["primitive"] == "lock"
     assert [type(e) for e in recorder.events] == [ev.ReactorParked]
     held.release()
-    assert out.wait(timeout=10).is_success
+    assert out.wait(timeout=WOKEN_WITHIN).is_success
 
 
 def test_the_park_cap_fails_the_run_naming_key_primitive_and_parks(key: str) -> None:
@@ -318,11 +307,23 @@ def test_a_step_that_parks_past_the_cap_fails_naming_primitive_key_and_its_parks
     assert calls == ["first"]
 
 
-def test_a_rate_limited_step_parks_for_retry_after_and_is_charged_once(key: str) -> None:
-    """1 call per 2 s: the second run parks until the window reopens (not the 5 s timer), and
+def test_a_rate_limited_step_parks_for_retry_after_and_is_charged_once(
+    key: str, raw: redis.Redis
+) -> None:
+    """1 call per 2 s: the second run parks until the window reopens (not the 30 s timer), and
     each run is counted once."""
-    ran(key)
+    from py_reactor.storage import keys
+
+    calls = ran(key)
+
+    def charged(value: float) -> str | None:
+        """The count of the window ``value`` (a call's time) fell in (read before it expires)."""
+        return raw.get(keys.rate_limit_counter(key, 2, int(value // 2)))
+
+    fresh_window(raw, 2, margin=1.5)  # both runs start in one window: the second must park
     first = r.Limited.run(key=key).wait(timeout=10)
+    assert first.is_success, first
+    assert charged(first.value) == "1"
     second = r.Limited.run(key=key)
     until(lambda: status(second.execution_id) == "waiting", "the park")
     waiting = find(second.execution_id).waiting_on  # type: ignore[union-attr]
@@ -331,11 +332,16 @@ def test_a_rate_limited_step_parks_for_retry_after_and_is_charged_once(key: str)
     assert waiting["until"] - time.time() <= 2.5
     done = second.wait(timeout=10)
     assert done.is_success, done
-    assert done.value - first.value >= 0.5  # ran in a later window
-    assert sum(RateLimit(key, limit=1, period=2).usage().values()) <= 1
+    assert charged(done.value) == "1"
+    assert int(done.value // 2) == int(first.value // 2) + 1  # ran in the very next window
+    assert calls == ["call", "call"]
+    trace = find(second.execution_id).trace  # type: ignore[union-attr]
+    assert [e["type"] for e in trace if e["type"] == "parked"] == ["parked"], trace
 
 
-def test_a_rate_limit_parks_instead_of_sleeping_its_wait_on_the_worker_thread(key: str) -> None:
+def test_a_rate_limit_parks_instead_of_sleeping_its_wait_on_the_worker_thread(
+    key: str, raw: redis.Redis
+) -> None:
     """A full window with a declared wait=30: the run parks (primitive "rate_limit") for its
     retry_after instead of sleeping on the worker's one thread, which serves another run
     meanwhile; it completes once the window rolls over."""
@@ -345,7 +351,7 @@ def test_a_rate_limit_parks_instead_of_sleeping_its_wait_on_the_worker_thread(ke
     other = f"{key}-other"
     ran(other)
     window = 4  # as SlowLimited declares: the test spends the window's one call first
-    until(lambda: time.time() % window < 1.0, "the start of a window", timeout=window + 1)
+    fresh_window(raw, window, margin=3.0)  # room for the park and the quick run, on its clock
     RateLimit(key, limit=1, period=window).acquire()
     out = r.SlowLimited.run(key=key)
     until(lambda: status(out.execution_id) == "waiting", "the park")
@@ -366,7 +372,6 @@ def test_a_busy_period_claim_parks_and_the_claims_end_wakes_it(key: str) -> None
     """A run of a daily period step holds the bucket's claim: a second run parks on it
     (primitive "period", not blocking a thread up to the period's 60 s wait); the first run's
     success ends the claim and wakes it at once (a 30 s park timer), and it skips the step."""
-    configure(park_delay=30.0, park_jitter=0.0)
     inside, leave = threading.Event(), threading.Event()
     calls: list[str] = []
 
@@ -389,8 +394,8 @@ def test_a_busy_period_claim_parks_and_the_claims_end_wakes_it(key: str) -> None
     finally:
         leave.set()
     assert first.wait(timeout=10).is_success
-    done = second.wait(timeout=25)
-    assert time.monotonic() - released < 5.0  # woken by the claim's end, not the 30 s timer
+    done = second.wait(timeout=WOKEN_WITHIN)
+    assert time.monotonic() - released < WOKEN_WITHIN  # woken by the claim's end, not the timer
     assert done.status == "completed", done
     assert calls == ["report"]
     trace = find(second.execution_id).trace  # type: ignore[union-attr]
@@ -422,19 +427,29 @@ def test_a_retry_in_a_worker_waits_in_the_parked_set_not_in_a_thread(key: str) -
 # -- ordered locks -------------------------------------------------------------------------------
 
 
-def test_out_of_turn_in_the_caller_fails_at_once_without_poisoning_the_chain(key: str) -> None:
+def test_out_of_turn_in_the_caller_fails_at_once_without_poisoning_the_chain(
+    key: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A step-level ordered lock with no wait=, in the calling process: out of turn it fails
-    at once with OrderedLockWaitError (never retried); once the line moves on, the next run
-    passes normally (strict mode did not short-circuit it)."""
+    at once with OrderedLockWaitError (never retried, never waited for: one turn check and no
+    wait on the store); once the line moves on, the next run passes normally (strict mode did
+    not short-circuit it)."""
     from py_reactor import OrderedLock
     from py_reactor.errors import OrderedLockWaitError
+    from py_reactor.storage import current_store
 
     calls = ran(key)
     line = OrderedLock(f"seq:{key}")
     first = line.take_position()
-    started = time.monotonic()
+    store = current_store()
+    asked: list[str] = []
+    for name in ("ordered_lock_turn", "ordered_lock_wait"):
+        real = getattr(store, name)
+        spy = lambda *a, _name=name, _real=real, **k: (asked.append(_name), _real(*a, **k))[1]  # noqa: E731
+        monkeypatch.setattr(store, name, spy)
     refused = r.OrderedInCaller.run(key=key)
-    assert time.monotonic() - started < 2.0
+    monkeypatch.undo()
+    assert asked == ["ordered_lock_turn"]
     assert not refused.is_success
     assert isinstance(refused.error, OrderedLockWaitError)
     assert calls == []
@@ -447,18 +462,26 @@ def test_out_of_turn_in_the_caller_fails_at_once_without_poisoning_the_chain(key
 
 def test_an_ordered_step_in_a_worker_parks_uncapped_until_its_turn(key: str) -> None:
     """Out of turn in a worker: it parks (primitive "ordered_lock") without spending the park
-    cap, keeps its position, and passes when the turn comes."""
+    cap (a cap of 1 would fail a second counted park), keeps its position, and passes when the
+    turn comes."""
     from py_reactor import OrderedLock
 
-    configure(park_max_attempts=0, park_delay=0.1, park_jitter=0.0)
+    configure(park_max_attempts=1, park_delay=0.1, park_jitter=0.0)
     ran(key)
     line = OrderedLock(f"seq:{key}")
     first = line.take_position()
     out = r.OrderedStep.run(key=key)
-    until(lambda: status(out.execution_id) == "waiting", "the park")
-    time.sleep(0.5)  # several backstop rounds: each parks again, none counts
+
+    def parked_rounds() -> int:
+        found = find(out.execution_id)
+        return 0 if found is None else sum(e["type"] == "parked" for e in found.trace)
+
+    # Several backstop rounds: each woke the run, which met the turn still taken and parked
+    # again; none counted.
+    until(lambda: parked_rounds() >= 3, "three rounds of parks on the ordered lock")
     found = find(out.execution_id)
     assert found is not None
+    assert found.status == "waiting"
     assert found.waiting_on is not None
     assert found.waiting_on["primitive"] == "ordered_lock"
     assert found.parks == 0
@@ -575,8 +598,12 @@ def test_a_composed_child_parks_the_whole_execution_and_resumes_inside_the_child
     assert calls == ["before", "kid prepare", "kid charge", "after"]
 
 
-def test_a_step_raising_systemexit_in_a_worker_ends_aborted_not_rerun(key: str) -> None:
+def test_a_step_raising_systemexit_in_a_worker_ends_aborted_not_rerun(
+    key: str, raw: redis.Redis
+) -> None:
     """An interrupt inside a worker's step is stored as aborted (no rollback ran), once."""
+    from py_reactor.storage.executions import LEASES_KEY
+
     calls: list[str] = []
 
     def leave(name: str, **_: Any) -> None:
@@ -588,7 +615,12 @@ def test_a_step_raising_systemexit_in_a_worker_ends_aborted_not_rerun(key: str) 
     configure(execution_lease=0.5)
     out = r.Whole.run(key=key, n=1)
     until(lambda: status(out.execution_id) == "aborted", "the abort")
-    time.sleep(1.2)  # two leases: a run left "running" would have been recovered and re-run
+    assert raw.zscore(LEASES_KEY, out.execution_id) is None  # no lease left to lapse
+    time.sleep(1.0)  # two leases: a lease left behind would have lapsed by now
+    # Two recovery passes, the ones that would re-run a run left "running": neither takes it.
+    for _ in range(2):
+        due, recovered = workers.sweep()
+        assert out.execution_id not in due + recovered
     assert calls == ["first", "second"]
     assert status(out.execution_id) == "aborted"
 
@@ -677,8 +709,8 @@ def test_a_full_semaphore_parks_the_step_and_a_freed_slot_wakes_it_period_marked
     assert (waiting["step"], waiting["primitive"], waiting["key"]) == ("send", "semaphore", key)
     released = time.monotonic()
     slot.release()
-    done = out.wait(timeout=10)
-    assert time.monotonic() - released < 2.0
+    done = out.wait(timeout=WOKEN_WITHIN)
+    assert time.monotonic() - released < WOKEN_WITHIN  # woken by the release, not the timer
     assert done.is_success, done
     assert calls == ["digest", "send"]
     assert Period(f"daily:{key}", every="day").is_done()

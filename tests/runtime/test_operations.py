@@ -3,17 +3,18 @@ a finished run), retry (a new run, linked) — on the thread worker and a real s
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 
 import pytest
+import redis
 
 from py_reactor import CancelledResult, Lock, configure, find, workers
 from py_reactor.errors import ExecutionStateError
 from py_reactor.storage import current_store
+from py_reactor.storage.executions import DUE_KEY, READY_KEY
 from py_reactor.transport import threads
+from tests._wait import status, until
 from tests.runtime import _operations_reactors as o
-from tests.runtime.test_background import status, until
 
 
 @pytest.fixture(autouse=True)
@@ -23,7 +24,8 @@ def _store(redis_url: str) -> Iterator[None]:
     o.LOG.clear()
 
 
-def test_cancel_stops_a_parked_run_and_gives_back_what_it_kept(key: str) -> None:
+def test_cancel_stops_a_parked_run_and_gives_back_what_it_kept(key: str, raw: redis.Redis) -> None:
+    parked_on_step = f"py_reactor:lock:{{{key}:step}}:parked"
     with Lock(f"{key}:step", ttl=30, wait=0):
         out = o.ParksAtStep.run(key=key)
         until(lambda: status(out.execution_id) == "waiting", "the run parked")
@@ -32,8 +34,14 @@ def test_cancel_stops_a_parked_run_and_gives_back_what_it_kept(key: str) -> None
         assert cancelled.status == "cancelled"
         assert cancelled.holds == []
         assert current_store().lock_state(f"{key}:reactor").owner is None  # given back
-    # the release of the step's key would have woken it: it stays cancelled and never runs
-    time.sleep(0.3)
+        assert raw.lrange(parked_on_step, 0, -1) == [out.execution_id]  # still to be woken
+    # The release of the step's key handled its parked list (the wake was taken off it) and,
+    # the run being no longer due, dispatched nothing: nothing can run it any more.
+    assert raw.lrange(parked_on_step, 0, -1) == []
+    assert raw.zscore(DUE_KEY, out.execution_id) is None
+    assert out.execution_id not in raw.lrange(READY_KEY, 0, -1)
+    due, recovered = workers.sweep()
+    assert out.execution_id not in due + recovered
     found = find(out.execution_id)
     assert found is not None
     assert found.status == "cancelled"
