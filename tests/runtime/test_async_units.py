@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+import redis
 
 from py_reactor import Lock, Middleware, Reactor, async_reactor, async_step, configure, find, step
 from py_reactor.errors import (
@@ -28,8 +29,9 @@ from py_reactor.observability import events as ev
 from py_reactor.storage import current_store
 from py_reactor.storage.executions import ExecutionStore
 from tests._overlap import OverlapRecorder
+from tests._wait import status, until
+from tests.engine.coordination._helpers import fresh_window
 from tests.runtime import _async_reactors as r
-from tests.runtime.test_background import status, until
 
 
 @pytest.fixture(autouse=True)
@@ -390,15 +392,19 @@ def test_a_units_period_is_claimed_where_it_runs(key: str) -> None:
     assert [e["reason"] for e in unit.trace if e["type"] == "skipped"] == ["period"]
 
 
-def test_a_units_rate_limit_parks_it_for_retry_after(key: str) -> None:
+def test_a_units_rate_limit_parks_it_for_retry_after(key: str, raw: redis.Redis) -> None:
     """Two units within one 2 s window: the second parks (rate limit) and runs in the next."""
     seen = calls(key)
+    fresh_window(raw, 2, margin=1.5)  # both units start in one window (server clock)
     first = r.LimitedUnit.run(key=key, n=1)
     second = r.LimitedUnit.run(key=key, n=2)
     assert first.is_success, first
     assert second.is_success, second
     assert second.value == 2
     assert seen.count("limited") == 2
+    ahead = find(units_of(first)["limited"])
+    assert ahead is not None
+    assert [e for e in ahead.trace if e["type"] == "parked"] == []
     unit = find(units_of(second)["limited"])
     assert unit is not None
     parks = [e["primitive"] for e in unit.trace if e["type"] == "parked"]

@@ -32,8 +32,8 @@ from py_reactor.errors import (
     ResumeError,
 )
 from py_reactor.testing import assert_paused_at
+from tests._wait import status, until
 from tests.runtime import _interrupt_reactors as r
-from tests.runtime.test_background import status, until
 
 
 @pytest.fixture(autouse=True)
@@ -113,7 +113,7 @@ def test_a_bad_payload_raises_and_the_run_stays_paused(key: str) -> None:
         r.Refund.resume(out.execution_id, {"approved": "perhaps", "by": ""})
     assert {e["field"] for e in caught.value.errors} == {"approved", "by"}
     assert "Refund, interrupt 'review'" in str(caught.value)
-    with pytest.raises(InputValidationError):
+    with pytest.raises(InputValidationError, match="should be a valid dictionary"):
         r.Refund.resume(out.execution_id, ["not", "a", "mapping"])
     assert_paused_at(out.execution_id, "review")
     assert r.Refund.resume(out.execution_id, approval()).status == "completed"
@@ -216,8 +216,9 @@ def test_a_timeout_fails_the_interrupt_step_and_rolls_back(key: str) -> None:
     assert ended.step_name == "review"
     assert isinstance(ended.error, InterruptTimeoutError)
     assert r.LOG[key] == ["prepare", "undo prepare"]
-    with pytest.raises(ResumeError):
+    with pytest.raises(ResumeError, match="cannot be resumed: it has failed") as refused:
         r.Timed.resume(out.execution_id, {})
+    assert refused.value.status == "failed"
 
 
 # -- a worker ---------------------------------------------------------------------------------
@@ -308,8 +309,9 @@ def test_cancel_stops_a_paused_run_and_frees_its_correlation_id(key: str) -> Non
     out = r.Refund.run(key=key)
     cancelled = r.Refund.cancel(out.execution_id, reason="nobody reviews")
     assert cancelled.status == "cancelled"
-    with pytest.raises(ResumeError):
+    with pytest.raises(ResumeError, match="cannot be resumed: it was cancelled") as refused:
         r.Refund.resume(out.execution_id, approval())
+    assert refused.value.status == "cancelled"
     assert r.Refund.run(key=key).status == "paused"
 
 
