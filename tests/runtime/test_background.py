@@ -517,10 +517,8 @@ TERMINAL = ("completed", "failed", "halted", "aborted", "cancelled")
 
 
 def settled(execution_id: str, timeout: float) -> Execution:
-    """The stored execution once it reached a terminal status, or as it is at the deadline."""
-    deadline = time.monotonic() + timeout
-    while status(execution_id) not in TERMINAL and time.monotonic() < deadline:
-        time.sleep(0.01)
+    """The stored execution once it reached a terminal status."""
+    until(lambda: status(execution_id) in TERMINAL, f"{execution_id} ended", timeout=timeout)
     found = find(execution_id)
     assert found is not None
     return found

@@ -24,6 +24,7 @@ from py_reactor.errors import HandoffRefusedError
 from py_reactor.observability import events as ev
 from py_reactor.storage import current_store
 from py_reactor.storage.executions import ExecutionStore
+from tests._wait import status, until
 from tests.runtime import _map_fan_out_reactors as m
 
 WOKEN_WITHIN = 10.0  # a resume this soon after the event can only be a wake (timer: 30 s)
@@ -65,15 +66,6 @@ def dispatches() -> Dispatches:
     return listener
 
 
-def until(condition: Callable[[], Any], what: str, timeout: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := condition()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.005)
-    return value
-
-
 def in_thread(call: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
     """Run ``call`` (a caller-side run that blocks in its map) on a thread of the test."""
     done: list[Any] = []
@@ -97,11 +89,6 @@ def ids_of(execution_id: str, count: int, step: str = "charges") -> list[str]:
 
 def dispatched(trace: list[dict[str, Any]]) -> list[tuple[str, str]]:
     return [(e["step"], e["execution_id"]) for e in trace if e["type"] == "dispatched"]
-
-
-def status(execution_id: str) -> str | None:
-    found = find(execution_id)
-    return None if found is None else found.status
 
 
 def charged(key: str) -> list[str]:

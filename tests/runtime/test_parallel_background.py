@@ -8,7 +8,6 @@ the stored record or the park event, never assumed from timing.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -16,6 +15,7 @@ import pytest
 
 from py_reactor import Lock, Middleware, OrderedLock, configure, find
 from py_reactor.observability import events as ev
+from tests._wait import status, until
 from tests.runtime import _parallel_reactors as pr
 
 PATIENCE = 10.0
@@ -27,19 +27,6 @@ def _store(redis_url: str) -> Iterator[None]:
     configure(redis_url=redis_url, park_delay=60.0, park_jitter=0.0)
     yield
     pr.HOOKS.clear()
-
-
-def until(condition: Callable[[], bool], what: str, timeout: float = PATIENCE) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.005)
-
-
-def status(execution_id: str) -> str | None:
-    found = find(execution_id)
-    return None if found is None else found.status
 
 
 def hook(key: str, actions: dict[str, Callable[[], Any]]) -> None:

@@ -14,9 +14,8 @@ process (the thread worker runs them here), never in the Redis that goes away.
 from __future__ import annotations
 
 import threading
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -40,6 +39,7 @@ from py_reactor import (
 from py_reactor.errors import StoreUnavailableError
 from py_reactor.observability import events as ev
 from tests._redis import PrivateRedis
+from tests._wait import until
 
 #: What the steps of each run did, by the run's tag: "a done", "a undone", "b done".
 DONE: dict[str, list[str]] = {}
@@ -154,14 +154,6 @@ class Seen(Middleware):
 
     def of(self, execution_id: str, *kinds: type[ev.Event]) -> list[ev.Event]:
         return [e for e in self.events if e.execution_id == execution_id and isinstance(e, kinds)]
-
-
-def until(condition: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout:g} s")
-        time.sleep(0.02)
 
 
 @pytest.fixture
