@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -25,7 +24,6 @@ from py_reactor import (
     background,
     configure,
     dumps_context,
-    find,
     step,
     with_lock,
     workers,
@@ -36,6 +34,7 @@ from py_reactor.observability import LoggingMiddleware
 from py_reactor.observability.logs import render
 from py_reactor.storage import current_store
 from py_reactor.storage.executions import ExecutionStore
+from tests._wait import status, until
 
 ISO = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"
 
@@ -115,12 +114,19 @@ class Quick(Reactor):
 
 # -- fixtures and helpers ----------------------------------------------------------------------
 
+#: The park timer of these runs: a run resumed within WOKEN_WITHIN of a release was woken by it.
+PARK_DELAY = 30.0
+WOKEN_WITHIN = 10.0
+
 
 @pytest.fixture
 def logs(redis_url: str, caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
     caplog.set_level(logging.INFO, logger="py_reactor")
     configure(
-        redis_url=redis_url, middleware=[LoggingMiddleware()], park_delay=5.0, park_jitter=0.0
+        redis_url=redis_url,
+        middleware=[LoggingMiddleware()],
+        park_delay=PARK_DELAY,
+        park_jitter=0.0,
     )
     return caplog
 
@@ -133,19 +139,6 @@ def lines(caplog: pytest.LogCaptureFixture, execution_id: str) -> list[tuple[int
         for r in caplog.records
         if r.name == "py_reactor" and r.getMessage().startswith("event=") and mark in r.getMessage()
     ]
-
-
-def until(condition: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.005)
-
-
-def status(execution_id: str) -> str | None:
-    found = find(execution_id)
-    return None if found is None else found.status
 
 
 # -- the lines ---------------------------------------------------------------------------------
@@ -162,8 +155,10 @@ def test_a_park_and_its_wake_are_one_line_each_with_a_quoted_key(
     began = time.monotonic()
     out = Parks.run(key=spaced)
     until(lambda: status(out.execution_id) == "waiting", "the park")
+    released = time.monotonic()
     held.release()
-    assert out.wait(timeout=10).is_success
+    assert out.wait(timeout=WOKEN_WITHIN).is_success
+    assert time.monotonic() - released < WOKEN_WITHIN  # the release woke it, not the 30 s timer
     elapsed_ms = (time.monotonic() - began) * 1000
     execution = out.execution_id
     (park_level, park), (wake_level, wake) = lines(logs, execution)

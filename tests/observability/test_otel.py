@@ -48,6 +48,7 @@ from py_reactor.observability import OpenTelemetryMiddleware
 from py_reactor.observability.otel import TRACE_CONTEXT_KEY
 from py_reactor.storage import current_store
 from py_reactor.storage.executions import ExecutionStore
+from tests._wait import status, until
 
 #: test key -> what a step body does (called with the step's name).
 HOOKS: dict[str, Callable[[str], Any]] = {}
@@ -276,6 +277,11 @@ class Spans:
         return ", ".join(f"{s.name}[{attr(s, 'py_reactor.execution_id')}]" for s in self.all())
 
 
+#: The park timer of these runs: a run resumed within WOKEN_WITHIN of a release was woken by it.
+PARK_DELAY = 30.0
+WOKEN_WITHIN = 10.0
+
+
 @pytest.fixture
 def spans(redis_url: str) -> Iterator[Spans]:
     exporter = InMemorySpanExporter()
@@ -284,7 +290,7 @@ def spans(redis_url: str) -> Iterator[Spans]:
     configure(
         redis_url=redis_url,
         middleware=[OpenTelemetryMiddleware(tracer_provider=provider)],
-        park_delay=5.0,
+        park_delay=PARK_DELAY,
         park_jitter=0.0,
     )
     yield Spans(exporter, provider.get_tracer("tests"))
@@ -320,19 +326,6 @@ def exception_types(span: ReadableSpan) -> list[str]:
         for e in span.events
         if e.name == "exception"
     ]
-
-
-def until(condition: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.005)
-
-
-def status(execution_id: str) -> str | None:
-    found = find(execution_id)
-    return None if found is None else found.status
 
 
 # -- in the caller -----------------------------------------------------------------------------
@@ -557,11 +550,13 @@ def test_a_park_ends_the_worker_span_and_the_wake_is_a_linked_span_that_waited(
     it: a second reactor span in the same trace, resumed, with waited_ms and a link to the
     park span; its charge step carries a fencing token issued after the test's own hold."""
     held = Lock(key, owner="someone-else", ttl=30).acquire()
-    began = time.monotonic()
+    began, before = time.monotonic(), time.time()
     out = ParksOnLock.run(key=key)
     until(lambda: status(out.execution_id) == "waiting", "the park")
+    released = time.monotonic()
     held.release()
-    done = out.wait(timeout=10)
+    done = out.wait(timeout=WOKEN_WITHIN)
+    assert time.monotonic() - released < WOKEN_WITHIN  # the release woke it, not the 30 s timer
     elapsed_ms = (time.monotonic() - began) * 1000
     assert done.is_success, done
     execution = out.execution_id
@@ -576,7 +571,7 @@ def test_a_park_ends_the_worker_span_and_the_wake_is_a_linked_span_that_waited(
     assert attr(park, "py_reactor.coordination.primitive") == "lock"
     assert attr(park, "py_reactor.coordination.key") == key
     assert attr(park, "py_reactor.park.attempt") == 1
-    assert attr(park, "py_reactor.park.until") > time.time() - 60
+    assert before + PARK_DELAY <= attr(park, "py_reactor.park.until") <= time.time() + PARK_DELAY
     assert attr(second, "py_reactor.resumed") is True
     assert 0 < attr(second, "py_reactor.waited_ms") <= elapsed_ms
     assert attr(second, "py_reactor.coordination.key") == key
