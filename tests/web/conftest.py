@@ -1,14 +1,13 @@
-"""Fixtures of the dashboard tests: a real store, Starlette's TestClient, waiting for a status."""
+"""Fixtures of the dashboard tests: a real store and Starlette's TestClient."""
 
 from __future__ import annotations
 
-import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 
-from py_reactor import configure, find
+from py_reactor import configure
 from tests.web import _reactors as r
 
 with warnings.catch_warnings():  # Starlette 1.x prefers httpx2 and says so when it imports httpx
@@ -18,26 +17,12 @@ with warnings.catch_warnings():  # Starlette 1.x prefers httpx2 and says so when
 
 @pytest.fixture(autouse=True)
 def _store(redis_url: str) -> Iterator[None]:
-    """Every test runs on the session's private Redis; parked runs stay parked (30 s timer)."""
+    """Every test runs on the session's private Redis; parked runs stay parked (a 30 s timer,
+    far longer than the 10 s within which the tests expect a release to wake them)."""
     configure(redis_url=redis_url, park_delay=30.0, park_jitter=0.0)
     yield
     for gate in r.GATES.values():
         gate.set()  # never leave a worker thread blocked in a step
-
-
-def until(condition: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
-    """Wait for ``condition`` (polling the store), failing with ``what`` after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.01)
-
-
-def status_of(execution_id: str) -> str | None:
-    """The stored status of ``execution_id``."""
-    found = find(execution_id)
-    return None if found is None else found.status
 
 
 def client(dashboard: object) -> TestClient:

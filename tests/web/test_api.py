@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
+import redis
 from starlette.applications import Starlette
 from starlette.routing import Mount
 
@@ -25,10 +26,15 @@ from py_reactor.web import app
 from py_reactor.web._csrf import COOKIE, Tokens
 from py_reactor.web.cli import add_dashboard_command, run_dashboard
 from tests._redis import free_port
+from tests._wait import status, until
+from tests.engine.coordination._helpers import fresh_window
 from tests.web import _reactors as r
-from tests.web.conftest import client, status_of, until
+from tests.web.conftest import client
 
 CHARGE = "tests.web._reactors:Charge"
+
+#: How soon a released run completes; far below the 30 s park timer of tests/web/conftest.py.
+WOKEN_WITHIN = 10.0
 
 
 def ids(reply: Any) -> list[str]:
@@ -48,7 +54,7 @@ def parked_on_lock(key: str) -> tuple[Any, str]:
     """A lock on ``key`` held by this test, and a Charge run parked on it ("waiting")."""
     held = Lock(key, owner="test-holder", ttl=30).acquire()
     out = r.Charge.run(key=key)
-    until(lambda: status_of(out.execution_id) == "waiting", "the park on the held lock")
+    until(lambda: status(out.execution_id) == "waiting", "the park on the held lock")
     return held, out.execution_id
 
 
@@ -196,7 +202,7 @@ def test_a_parked_run_is_waiting_with_step_key_attempt_and_next_attempt(key: str
         assert 'id="failure"' not in detail
     finally:
         held.release()
-    until(lambda: status_of(waiting) == "completed", "the wake on release")
+    until(lambda: status(waiting) == "completed", "the wake on release", timeout=WOKEN_WITHIN)
 
 
 def test_a_lock_held_outside_any_execution_is_listed_with_token_ttl_and_parked_runs(
@@ -219,15 +225,16 @@ def test_a_lock_held_outside_any_execution_is_listed_with_token_ttl_and_parked_r
         assert lock["parked"] == [waiting]
     finally:
         held.release()
-    until(lambda: status_of(waiting) == "completed", "the wake on release")
+    until(lambda: status(waiting) == "completed", "the wake on release", timeout=WOKEN_WITHIN)
 
 
-def test_every_kind_of_hold_of_a_running_step_is_listed(key: str) -> None:
+def test_every_kind_of_hold_of_a_running_step_is_listed(key: str, raw: redis.Redis) -> None:
     """While Gated.work runs, /api/holds names each hold's primitive, key, step (or the
     reactor), owner execution, token and ttl; the semaphore's free slots come from its
     declared limit; the rate limit's usage, the period claim and the ordered lock's turn show;
     once it ends, none of its holds is listed and the period is marked done."""
     r.GATES[key], r.STARTED[key] = threading.Event(), threading.Event()
+    fresh_window(raw, 60, margin=10)  # the minute's count is read in the window it was charged
     out = r.Gated.run(key=key)
     assert r.STARTED[key].wait(10)
     c = client(app())
@@ -328,7 +335,7 @@ def test_the_holds_of_a_step_running_in_the_caller_name_its_step_and_execution(
         runner.join(10)
     [outcome] = ended
     assert outcome.is_success, outcome
-    assert status_of(outcome.execution_id) is None  # not stored: only the holds tell
+    assert status(outcome.execution_id) is None  # not stored: only the holds tell
     run = outcome.execution_id
     holds = {(h["primitive"], h["key"]): h for h in state["holds"] if h["owner"] == run}
     assert {where: (h["scope"], h["step"], h["execution_id"]) for where, h in holds.items()} == {
@@ -351,7 +358,7 @@ def test_holds_kept_across_a_park_come_from_the_stored_ledger(key: str) -> None:
     held = Lock(key, owner="test-holder", ttl=30).acquire()
     try:
         out = r.Gated.run(key=key)
-        until(lambda: status_of(out.execution_id) == "waiting", "the park")
+        until(lambda: status(out.execution_id) == "waiting", "the park")
         state = client(app()).get("/api/holds").json()
         mine = {
             (h["primitive"], h["key"]): h
@@ -416,10 +423,10 @@ def test_without_auth_the_dashboard_is_read_only(key: str) -> None:
         api = c.post(f"/api/executions/{waiting}/cancel", headers={"X-CSRF-Token": token})
         assert api.status_code == 403
         assert "app(auth=...)" in api.json()["error"]
-        assert status_of(waiting) == "waiting"
+        assert status(waiting) == "waiting"
     finally:
         held.release()
-    until(lambda: status_of(waiting) == "completed", "the wake on release")
+    until(lambda: status(waiting) == "completed", "the wake on release", timeout=WOKEN_WITHIN)
 
 
 def test_an_auth_hook_that_refuses_gets_403_and_no_buttons(key: str) -> None:
@@ -432,12 +439,12 @@ def test_an_auth_hook_that_refuses_gets_403_and_no_buttons(key: str) -> None:
         refused = c.post(f"/executions/{waiting}/cancel", data={"csrf_token": token})
         assert refused.status_code == 403
         assert "auth hook refused" in refused.text
-        assert status_of(waiting) == "waiting"
+        assert status(waiting) == "waiting"
         allowed = c.get(f"/executions/{waiting}", headers={"x-operator": "yes"}).text
         assert 'data-action="cancel"' in allowed
     finally:
         held.release()
-    until(lambda: status_of(waiting) == "completed", "the wake on release")
+    until(lambda: status(waiting) == "completed", "the wake on release", timeout=WOKEN_WITHIN)
 
 
 def test_posts_without_a_matching_signed_csrf_token_are_refused(key: str) -> None:
@@ -464,13 +471,13 @@ def test_posts_without_a_matching_signed_csrf_token_are_refused(key: str) -> Non
         for case, response in cases.items():
             assert response.status_code == 403, case
             assert "CSRF check failed" in response.text, case
-        assert status_of(waiting) == "waiting"
+        assert status(waiting) == "waiting"
 
         c.cookies.set(COOKIE, token, domain="dashboard.test")
         done = c.post(url, data={"csrf_token": token}, follow_redirects=False)
         assert done.status_code == 303
         assert done.headers["location"] == f"/executions/{waiting}?done=cancel"
-        assert status_of(waiting) == "cancelled"
+        assert status(waiting) == "cancelled"
         page = c.get(done.headers["location"]).text
         assert "Cancelled." in page
         assert 'data-status="cancelled"' in page
@@ -500,7 +507,7 @@ def test_retry_and_undo_run_the_operations_and_link_the_runs(key: str) -> None:
     new_id = match.group(1)
     assert new_id != broken.execution_id
     assert match.group(2) == broken.execution_id
-    until(lambda: status_of(new_id) == "failed", "the retried run")
+    until(lambda: status(new_id) == "failed", "the retried run")
     assert c.get(f"/api/executions/{new_id}").json()["retry_of"] == broken.execution_id
     assert c.get(f"/api/executions/{broken.execution_id}").json()["retried_by"] == new_id
     assert "this is the new run" in c.get(retried.headers["location"]).text
@@ -545,7 +552,7 @@ def test_a_paused_run_is_resumed_with_a_json_payload_in_a_worker(key: str) -> No
     )
     assert bad.status_code == 409
     assert "approved" in bad.json()["error"]
-    assert status_of(out.execution_id) == "paused"
+    assert status(out.execution_id) == "paused"
     not_json = c.post(
         f"/executions/{out.execution_id}/resume",
         data={"csrf_token": token, "payload": "{nope"},
@@ -560,7 +567,7 @@ def test_a_paused_run_is_resumed_with_a_json_payload_in_a_worker(key: str) -> No
         follow_redirects=False,
     )
     assert resumed.status_code == 303
-    until(lambda: status_of(out.execution_id) == "completed", "the resumed run")
+    until(lambda: status(out.execution_id) == "completed", "the resumed run")
     again = c.post(
         f"/api/executions/{out.execution_id}/resume",
         headers={"X-CSRF-Token": token},
@@ -581,7 +588,7 @@ def test_a_paused_run_is_resumed_with_a_json_payload_in_a_worker(key: str) -> No
     )
     assert api.status_code == 200
     assert api.json()["done"] == "resume"
-    until(lambda: status_of(other.execution_id) == "completed", "the API-resumed run")
+    until(lambda: status(other.execution_id) == "completed", "the API-resumed run")
 
 
 def test_mounted_under_a_path_its_links_and_redirects_stay_under_it(key: str) -> None:
@@ -664,15 +671,15 @@ def test_the_dashboard_command_serves_the_api(redis_url: str) -> None:
     command += ["--port", str(port), "--import", "tests.web._reactors"]
     server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        deadline = time.monotonic() + 20
-        while True:
+
+        def answered() -> httpx.Response | None:
             try:
-                reply = httpx.get(f"http://127.0.0.1:{port}/api/reactors/{CHARGE}", timeout=2)
-                break
+                return httpx.get(f"http://127.0.0.1:{port}/api/reactors/{CHARGE}", timeout=2)
             except httpx.TransportError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    raise AssertionError(server.communicate()[1].decode()) from None
-                time.sleep(0.05)
+                assert server.poll() is None, server.communicate()[1].decode()
+                return None
+
+        reply = until(answered, "the dashboard answering", timeout=20)
         assert reply.status_code == 200
         assert reply.json()["name"] == "Charge"
     finally:

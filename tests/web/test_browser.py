@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,8 +21,11 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 from py_reactor import Lock
 from py_reactor.web import app
 from tests._redis import free_port
+from tests._wait import status, until
 from tests.web import _reactors as r
-from tests.web.conftest import status_of, until
+
+#: How soon a released run completes; far below the 30 s park timer of tests/web/conftest.py.
+WOKEN_WITHIN = 10.0
 
 CHROMIUM = os.environ.get("PY_REACTOR_CHROMIUM", "/usr/bin/chromium")
 ARTIFACTS = Path(__file__).parent / "artifacts"
@@ -38,11 +40,8 @@ def server(redis_url: str) -> Iterator[str]:
     served = uvicorn.Server(config)
     thread = threading.Thread(target=served.run, name="dashboard", daemon=True)
     thread.start()
-    deadline = time.monotonic() + 10
-    while not served.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise AssertionError("the dashboard's uvicorn server did not start")
-        time.sleep(0.01)
+    until(lambda: served.started or not thread.is_alive(), "the dashboard serving", timeout=10)
+    assert served.started, "the dashboard's uvicorn server did not start"
     yield f"http://127.0.0.1:{port}"
     served.should_exit = True
     thread.join(10)
@@ -83,7 +82,7 @@ def parked_on_lock(key: str) -> tuple[Any, str]:
     """A lock on ``key`` held by this test, and a Charge run parked on it ("waiting")."""
     held = Lock(key, owner="test-holder", ttl=30).acquire()
     out = r.Charge.run(key=key)
-    until(lambda: status_of(out.execution_id) == "waiting", "the park on the held lock")
+    until(lambda: status(out.execution_id) == "waiting", "the park on the held lock")
     return held, out.execution_id
 
 
@@ -121,7 +120,7 @@ def test_the_coordination_page_shows_a_parked_run_as_waiting_not_failed(
         page.screenshot(path=str(ARTIFACTS / "coordination-while-parked.png"), full_page=True)
     finally:
         held.release()
-    until(lambda: status_of(waiting) == "completed", "the wake on release")
+    until(lambda: status(waiting) == "completed", "the wake on release", timeout=WOKEN_WITHIN)
 
 
 def test_the_live_view_shows_a_new_execution_without_reloading(
@@ -160,7 +159,7 @@ def test_the_cancel_button_cancels_a_parked_run(server: str, page: Page, key: st
         page.wait_for_url(f"**/executions/{waiting}?done=cancel")
         expect(page.locator("#notice")).to_have_text("Cancelled.")
         expect(page.locator(".head-row .badge")).to_have_text("CANCELLED")
-        assert status_of(waiting) == "cancelled"
+        assert status(waiting) == "cancelled"
         assert Lock(key).state().owner == "test-holder"
         page.goto(f"{server}/coordination")
         expect(page.locator(f'#parked tr[data-execution-id="{waiting}"]')).to_have_count(0)
