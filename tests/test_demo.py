@@ -29,7 +29,10 @@ def _check(shown: dict[str, Any]) -> None:
     serialized = shown["serialized"]
     assert serialized["charge_overlaps"] == 0  # the locked step ran one at a time
     assert serialized["other_overlaps"] > 0  # while the others overlapped
-    assert serialized["parked"] >= 1  # a busy card parked a checkout, the release woke it
+    # A busy card parked a checkout, which then completed. Not proven here: that the release
+    # woke it (run_demo sets a 5 s park timer, too close to tell apart);
+    # tests/test_examples.py's part 6 and tests/runtime prove the wake.
+    assert serialized["parked"] >= 1
     for execution_id in serialized["ids"]:
         found = find(execution_id)
         assert found is not None
@@ -39,7 +42,7 @@ def _check(shown: dict[str, Any]) -> None:
     parked = find(shown["parked"]["id"])
     assert parked is not None
     assert_succeeded(parked.outcome)
-    assert_contended_at(parked, "charge", primitive="lock")  # it parked there, then resumed
+    assert_contended_at(parked, "charge", primitive="lock")  # it parked there, then completed
     declined = find(shown["compensation"]["id"])
     assert declined is not None
     assert_failed_at(declined.outcome, "charge", error="card declined")

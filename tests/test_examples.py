@@ -36,16 +36,42 @@ def _run(script: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+#: The park timer the demo runs with in ``demo_output`` (the script itself keeps the library's
+#: 5-10 s default): far longer than WOKEN_WITHIN, so part 6 resuming within WOKEN_WITHIN of the
+#: card's release can only be the release's wake.
+PARK_DELAY = 60.0
+WOKEN_WITHIN = 10.0
+
+#: Runs examples/demo.py as ``__main__`` (as ``python examples/demo.py`` does) with the park
+#: timer set first, then prints the timer still in effect once the demo is done.
+_WITH_A_LONG_TIMER = f"""
+import runpy, sys
+from py_reactor import configure, get_config
+configure(park_delay={PARK_DELAY}, park_jitter=0.0)
+runpy.run_path(sys.argv[1], run_name="__main__")
+print(f"park timer: {{get_config().park_delay:g}} s + {{get_config().park_jitter:g}} s")
+"""
+
+
 @pytest.fixture(scope="module")
 def demo_output() -> str:
-    """The standard output of one run of examples/demo.py (which must exit 0)."""
-    done = _run(DEMO)
+    """The standard output of one run of examples/demo.py (which must exit 0), with a 60 s park
+    timer (test_example_runs runs it as it is)."""
+    done = subprocess.run(
+        [sys.executable, "-c", _WITH_A_LONG_TIMER, str(DEMO)],
+        check=False,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
+    assert done.stdout.rstrip().endswith(f"park timer: {PARK_DELAY:g} s + 0 s"), done.stdout
     return done.stdout
 
 
 def _part(out: str, number: int) -> list[str]:
-    """The lines of part ``number`` (4 or 5) of the demo's output."""
+    """The lines of part ``number`` (4, 5 or 6) of the demo's output."""
     text = out.split(f"== {number}.")[1]
     if f"== {number + 1}." in text:
         text = text.split(f"== {number + 1}.")[0]
@@ -157,7 +183,8 @@ def test_demo_narrator_holds_back_a_new_holder_until_the_release_is_printed(
 
 def test_demo_parks_a_background_charge_and_the_release_wakes_it(demo_output: str) -> None:
     """Part 6: flight and hotel run in the caller, the dispatched charge parks on the busy card
-    (no failure), and takes the lock only after that, then the trip succeeds."""
+    (no failure), and takes the lock only after that, then the trip succeeds; it resumed within
+    10 s of the card's release, with a 60 s park timer: the release woke it."""
     part = _part(demo_output, 6)
     text = "\n".join(part)
     assert "done in the caller: ['flight', 'hotel']" in text
@@ -169,3 +196,5 @@ def test_demo_parks_a_background_charge_and_the_release_wakes_it(demo_output: st
     assert "status 'waiting', waiting on lock card:7777 at step 'charge'" in text
     assert "FAIL" not in text
     assert "=> success: gus is booked" in text
+    [after] = [m for line in part if (m := re.search(r"finished (\d+) ms after the card", line))]
+    assert int(after.group(1)) < WOKEN_WITHIN * 1000, after.group(0)
