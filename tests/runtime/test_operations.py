@@ -16,6 +16,9 @@ from py_reactor.transport import threads
 from tests._wait import status, until
 from tests.runtime import _operations_reactors as o
 
+#: How soon a released run is back at work; far below the 30 s park timer set below.
+WOKEN_WITHIN = 10.0
+
 
 @pytest.fixture(autouse=True)
 def _store(redis_url: str) -> Iterator[None]:
@@ -120,6 +123,7 @@ def test_undo_rolls_back_a_parked_run_and_wakes_who_waits_for_its_holds(key: str
         until(
             lambda: parked_on(behind.execution_id) == ("lock", f"{key}:step"),
             "the run parked behind it woken by the release of its reactor lock",
+            timeout=WOKEN_WITHIN,  # its park timer is 30 s: only the wake meets this
         )
         assert o.LOG[key] == ["a", "b", "undo b", "undo a", "a", "b"]
     outcome = behind.wait(timeout=10)
