@@ -29,6 +29,7 @@ from py_reactor.errors import (
     InputValidationError,
     InterruptError,
     InterruptTimeoutError,
+    LockAcquisitionError,
     ResumeError,
 )
 from py_reactor.testing import assert_paused_at
@@ -103,7 +104,8 @@ def test_a_resume_waits_for_the_reactor_lock_and_fails_if_it_stays_busy(key: str
     with Lock(f"refund:{key}", ttl=30, wait=0):
         failed = r.Refund.resume(out.execution_id, approval())
     assert failed.status == "failed"
-    assert "refund:" in str(failed.error)
+    assert isinstance(failed.error, LockAcquisitionError), failed.error  # busy, not another cause
+    assert f"refund:{key}" in str(failed.error)
     assert r.LOG[key] == ["prepare"]  # pay never ran
 
 
