@@ -113,7 +113,9 @@ class HandOff(Reactor):
 @parallel
 class ParkThenFail(Reactor):
     """``ordered`` parks out of turn (keeping its position) while ``boom`` fails after ``done``
-    completed: the run fails, and gives the position back."""
+    completed: the run fails, and gives the position back. Both wait for ``done``, so they
+    start together: were ``ordered`` to start beside ``done`` and park first, the walk would
+    start nothing new, ``boom`` would never run, and the run would park instead of failing."""
 
     key: str
 
@@ -125,7 +127,7 @@ class ParkThenFail(Reactor):
     def _undo_done(result: Any, key: str) -> None:
         undone(key, "done")
 
-    @step
+    @step(wait_for="done")
     @with_ordered_lock(_sequence)
     def ordered(key: str) -> Any:
         return act(key, "ordered")
