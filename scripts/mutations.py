@@ -1,0 +1,431 @@
+#!/usr/bin/env python3
+"""Deliberate breakages of py_reactor, each of which a named selection of tests must catch.
+
+Not a mutation-testing tool: a short, hand-written list of the breakages that matter most (a
+release that wakes nobody, a stale runner's write accepted, an undo skipped, ...), each paired
+with the tests that claim to guard against it. For every mutation the script:
+
+1. copies the committed tree (``git archive <rev>``, HEAD by default) into a temporary
+   directory, so the working tree is never touched (uncommitted changes are not checked);
+2. applies the change: ``old`` must occur exactly once in ``file``, else the script stops
+   before running anything (the list cannot silently rot when the code moves on);
+3. points one virtualenv, shared by every copy, at the copy (``pip install --no-deps -e``,
+   about 3 s): Celery and thread worker processes import the *installed* py_reactor, so the
+   mutated copy must be the installed one, not merely first on a path;
+4. runs the selection with ``pytest -x -q -p no:randomly`` under a timeout, in the copy;
+5. records CAUGHT (a test failed), SURVIVED (every test passed: the selection does not guard
+   what it claims to), TIMEOUT, or ERROR (pytest could not run the selection: a node id that
+   no longer exists, a collection error).
+
+It prints a table, and exits 1 if any mutation survived, 2 if one could not be checked
+(error, timeout, a stale ``old`` text), else 0.
+
+Usage::
+
+    python3 scripts/mutations.py                 # every mutation (about 5-10 minutes)
+    python3 scripts/mutations.py --list          # the list, validated against the tree
+    python3 scripts/mutations.py --only no-wake-on-release,undo-skipped
+    python3 scripts/mutations.py --baseline      # also run each selection unmutated first
+
+The virtualenv is created on first use (``--venv``, default ``$TMPDIR/py_reactor-mutations-
+venv``, with ``pip install -e '.[dev]'``, about a minute) and reused by later runs. The script
+itself needs only the standard library and git.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_VENV = Path(tempfile.gettempdir()) / "py_reactor-mutations-venv"
+PYTEST_ARGS = ["-x", "-q", "-p", "no:randomly", "-p", "no:cacheprovider"]
+
+
+@dataclass(frozen=True)
+class Mutation:
+    """One deliberate breakage.
+
+    Attributes:
+        id: short name, for ``--only``.
+        breaks: one line: what the library gets wrong once it is applied.
+        file: the file changed, relative to the repository root.
+        old: text that occurs exactly once in ``file``.
+        new: what replaces it.
+        tests: the pytest node ids or files that must catch it (run in this order, ``-x``).
+    """
+
+    id: str
+    breaks: str
+    file: str
+    old: str
+    new: str
+    tests: tuple[str, ...]
+
+
+MUTATIONS: tuple[Mutation, ...] = (
+    Mutation(
+        id="no-wake-on-release",
+        breaks="a lock's release no longer wakes the run parked on it (only the backstop does)",
+        file="src/py_reactor/storage/lua/lock_release.lua",
+        old="  wake_parked(KEYS[3], KEYS[4], KEYS[5], false)\n",
+        new="  -- wake_parked(KEYS[3], KEYS[4], KEYS[5], false)\n",
+        tests=(
+            "tests/storage/test_inspect.py::test_a_park_on_a_busy_key_is_woken_by_its_release",
+            "tests/runtime/test_background.py"
+            "::test_a_step_that_meets_a_held_lock_parks_and_the_release_wakes_it",
+            "tests/transport/test_celery.py"
+            "::test_a_release_in_this_process_wakes_the_run_parked_in_a_worker",
+        ),
+    ),
+    Mutation(
+        id="park-counted-twice",
+        breaks="every park on contention counts twice toward park_max_attempts",
+        file="src/py_reactor/engine/waiter.py",
+        old="\n            parks += 1\n",
+        new="\n            parks += 2\n",
+        tests=("tests/engine/test_waiter.py",),
+    ),
+    Mutation(
+        id="no-epoch-check",
+        breaks="a stale runner's checkpoint, park or finish is written over the new runner's",
+        file="src/py_reactor/storage/lua/execution_checkpoint.lua",
+        old="if tonumber(redis.call('HGET', KEYS[1], 'epoch') or '-1') ~= tonumber(ARGV[2]) then",
+        new="if false then",
+        tests=(
+            "tests/runtime/test_recovery.py::test_a_stale_epoch_writes_nothing",
+            "tests/runtime/test_recovery.py"
+            "::test_a_runner_made_stale_mid_step_stops_and_writes_nothing",
+        ),
+    ),
+    Mutation(
+        id="undo-skipped",
+        breaks="rollback passes over completed steps without calling their undo",
+        file="src/py_reactor/engine/compensation.py",
+        old='        elif defines(decl, "undo"):\n',
+        new='        elif defines(decl, "undo") and False:\n',
+        tests=("tests/engine/test_rollback.py",),
+    ),
+    Mutation(
+        id="park-cap-never-resets",
+        breaks="a step that gets in keeps its park count (Waiter.entered does nothing)",
+        file="src/py_reactor/engine/waiter.py",
+        old='        (self.root or run.context).step_parks.pop(self.path(step) or "", None)\n',
+        new="        pass\n",
+        tests=(
+            "tests/engine/test_waiter.py"
+            "::test_the_park_cap_counts_per_step_and_resets_when_the_step_gets_in",
+        ),
+    ),
+    Mutation(
+        id="abort-passes-the-turn",
+        breaks="an abnormal exit (KeyboardInterrupt, SystemExit) inside an ordered turn closes "
+        "it as failed instead of leaving the position in line",
+        file="src/py_reactor/engine/step_runner.py",
+        old="        elif isinstance(result, Parked) or aborted:\n",
+        new="        elif isinstance(result, Parked):\n",
+        tests=(
+            "tests/engine/step_coordination/test_regressions.py"
+            "::test_an_interrupt_inside_an_ordered_turn_leaves_the_position_for_the_poison_pill",
+        ),
+    ),
+    Mutation(
+        id="rate-limit-charged-again",
+        breaks="a scope built again (after a park, in another process) is charged its rate "
+        "limit again although its ledger records the charge",
+        file="src/py_reactor/coordination/gates.py",
+        old="        if record is not None:\n"
+        "            return Entered(record, fresh=False)\n"
+        "        try:\n"
+        "            self.p.acquire(wait=wait)\n"
+        "        except RateLimitExceededError as exc:\n",
+        new="        try:\n"
+        "            self.p.acquire(wait=wait)\n"
+        "        except RateLimitExceededError as exc:\n",
+        tests=(
+            "tests/coordination/test_ledger.py"
+            "::test_a_rate_limit_is_charged_once_per_scope_even_when_entered_again",
+            "tests/transport/test_celery.py"
+            "::test_a_rate_limit_and_a_period_are_charged_once_across_a_park",
+        ),
+    ),
+    Mutation(
+        id="recovery-adopts-dead-level",
+        breaks="a recovered run adopts the presumed-dead runner's lock level instead of "
+        "re-entering beside it",
+        file="src/py_reactor/coordination/scope.py",
+        old="        return None if self.recovered and gate.exclusive else mine\n",
+        new="        return mine\n",
+        tests=(
+            "tests/coordination/test_ledger.py"
+            "::test_a_recovered_run_re_enters_beside_a_checkpointed_hold_instead_of_adopting_it",
+            "tests/coordination/test_ledger.py"
+            "::test_a_recovered_run_gives_back_nothing_of_a_presumed_dead_runners_levels",
+            "tests/concurrency/test_frozen_runner.py",
+        ),
+    ),
+    Mutation(
+        id="outage-fails-the-step",
+        breaks="a store outage in a worker fails the step (and rolls back) instead of "
+        "suspending the run",
+        file="src/py_reactor/engine/waiter.py",
+        old="        if isinstance(exc, StoreUnavailableError):\n"
+        "            return self.outage(run, step)\n",
+        new="        if isinstance(exc, StoreUnavailableError):\n            return None\n",
+        tests=(
+            "tests/engine/test_waiter.py"
+            "::test_a_store_outage_suspends_a_worker_run_and_a_bad_key_fails_it",
+            "tests/runtime/test_store_outage.py"
+            "::test_a_store_outage_in_a_worker_suspends_the_run_and_undoes_nothing",
+        ),
+    ),
+    Mutation(
+        id="release-frees-every-level",
+        breaks="releasing one level of a lock frees the whole hold, so a frozen runner's "
+        "release frees the recovered run's level too",
+        file="src/py_reactor/storage/lua/lock_release.lua",
+        old="if tonumber(h[2]) > 1 then\n",
+        new="if tonumber(h[2]) > 1 and false then\n",
+        tests=(
+            "tests/coordination/test_lock.py"
+            "::test_each_level_of_one_owner_lapses_and_releases_on_its_own",
+            "tests/concurrency/test_frozen_runner.py",
+        ),
+    ),
+)
+
+
+class Stale(Exception):
+    """The list no longer matches the tree."""
+
+
+def git(*args: str) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(["git", "-C", str(ROOT), *args], check=True, capture_output=True)
+
+
+def validate(mutations: tuple[Mutation, ...], rev: str) -> None:
+    """Every ``old`` occurs once in its file at ``rev``, ids are unique, test files exist."""
+    problems: list[str] = []
+    ids = [m.id for m in mutations]
+    for dup in sorted({i for i in ids if ids.count(i) > 1}):
+        problems.append(f"{dup}: the id is used twice")
+    for m in mutations:
+        if m.old == m.new:
+            problems.append(f"{m.id}: old and new are the same text")
+        try:
+            text = git("show", f"{rev}:{m.file}").stdout.decode("utf-8")
+        except subprocess.CalledProcessError:
+            problems.append(f"{m.id}: {m.file} does not exist at {rev}")
+            continue
+        found = text.count(m.old)
+        if found != 1:
+            problems.append(f"{m.id}: the old text occurs {found} times in {m.file} (must be 1)")
+        if not m.tests:
+            problems.append(f"{m.id}: no tests selected")
+        for node in m.tests:
+            path = node.split("::", 1)[0]
+            if git("ls-tree", "--name-only", rev, "--", path).stdout.strip() == b"":
+                problems.append(f"{m.id}: the selected test file {path} does not exist at {rev}")
+    if problems:
+        raise Stale("\n".join(problems))
+
+
+def copy_tree(rev: str, into: Path) -> None:
+    archive = subprocess.Popen(["git", "-C", str(ROOT), "archive", rev], stdout=subprocess.PIPE)
+    subprocess.run(["tar", "-x", "-C", str(into)], stdin=archive.stdout, check=True)
+    assert archive.stdout is not None
+    archive.stdout.close()
+    if archive.wait() != 0:
+        raise RuntimeError(f"git archive {rev} failed")
+
+
+def apply(m: Mutation, tree: Path) -> None:
+    target = tree / m.file
+    text = target.read_text("utf-8")
+    if text.count(m.old) != 1:
+        raise Stale(f"{m.id}: the old text occurs {text.count(m.old)} times in {m.file}")
+    target.write_text(text.replace(m.old, m.new), "utf-8")
+
+
+def pip(venv: Path, *args: str) -> None:
+    done = subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "pip", "--disable-pip-version-check", "-q", *args],
+        check=False,
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"pip {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
+
+
+def point_venv(venv: Path, tree: Path) -> None:
+    """Make ``tree`` the py_reactor installed in ``venv`` (created on first use)."""
+    ready = venv / ".py_reactor-mutations-ready"
+    if not ready.exists():
+        print(f"creating the virtualenv {venv} (once; about a minute)", flush=True)
+        shutil.rmtree(venv, ignore_errors=True)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        pip(venv, "install", "-e", f"{tree}[dev]")
+        ready.write_text("dependencies of py_reactor[dev] installed\n")
+    else:
+        pip(venv, "install", "--no-deps", "-e", str(tree))
+
+
+def child_env(venv: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    env["VIRTUAL_ENV"] = str(venv)
+    env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+@dataclass
+class Outcome:
+    mutation: Mutation
+    result: str
+    seconds: float
+    detail: str
+    log: Path
+
+
+FAILED = re.compile(r"^(?:FAILED|ERROR) (\S+)", re.MULTILINE)
+
+
+def run_tests(
+    tests: tuple[str, ...], tree: Path, venv: Path, timeout: float, log: Path
+) -> tuple[int | None, str]:
+    """pytest's exit code (None: timed out) and its output."""
+    command = [str(venv / "bin" / "python"), "-m", "pytest", *PYTEST_ARGS, *tests]
+    with log.open("w") as out:
+        out.write(f"$ cd {tree} && {' '.join(command)}\n")
+        out.flush()
+        process = subprocess.Popen(
+            command,
+            cwd=tree,
+            env=child_env(venv),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its worker processes go with it on a timeout
+        )
+        try:
+            code: int | None = process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+            code = None
+        else:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)  # anything it left running
+    return code, log.read_text("utf-8", errors="replace")
+
+
+def check(
+    m: Mutation, rev: str, venv: Path, timeout: float, logs: Path, keep: bool, mutate: bool = True
+) -> Outcome:
+    tree = Path(tempfile.mkdtemp(prefix=f"py_reactor-mut-{m.id}-"))
+    started = time.monotonic()
+    name = m.id if mutate else f"{m.id}.baseline"
+    log = logs / f"{name}.log"
+    try:
+        copy_tree(rev, tree)
+        if mutate:
+            apply(m, tree)
+        point_venv(venv, tree)
+        code, output = run_tests(m.tests, tree, venv, timeout, log)
+    finally:
+        if not keep:
+            shutil.rmtree(tree, ignore_errors=True)
+    seconds = time.monotonic() - started
+    failed = FAILED.findall(output)
+    if code is None:
+        return Outcome(m, "TIMEOUT", seconds, f"no result within {timeout:g} s", log)
+    if code == 0:
+        return Outcome(m, "SURVIVED" if mutate else "PASSED", seconds, "every test passed", log)
+    if code == 1:
+        detail = failed[0] if failed else "a test failed"
+        return Outcome(m, "CAUGHT" if mutate else "FAILED", seconds, detail, log)
+    tail = output.strip().splitlines()[-1:] or [""]
+    return Outcome(m, "ERROR", seconds, f"pytest exit {code}: {tail[0]}", log)
+
+
+def table(rows: list[Outcome]) -> str:
+    width = max([len(r.mutation.id) for r in rows] + [8])
+    lines = [f"{'mutation':<{width}}  {'result':<8}  {'time':>6}  detail"]
+    lines.append("-" * len(lines[0]) + "-" * 40)
+    for r in rows:
+        name = r.mutation.id if r.result not in ("PASSED", "FAILED") else f"{r.mutation.id} (base)"
+        lines.append(f"{name:<{width}}  {r.result:<8}  {r.seconds:>5.0f}s  {r.detail}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", help="comma-separated mutation ids")
+    parser.add_argument("--list", action="store_true", help="list the mutations and exit")
+    parser.add_argument("--rev", default="HEAD", help="the commit to copy (default HEAD)")
+    parser.add_argument("--venv", type=Path, default=DEFAULT_VENV, help="the shared virtualenv")
+    parser.add_argument("--timeout", type=float, default=600, help="seconds per mutation")
+    parser.add_argument("--keep", action="store_true", help="keep the mutated copies")
+    parser.add_argument(
+        "--baseline", action="store_true", help="first run each selection on the unmutated copy"
+    )
+    args = parser.parse_args(argv)
+
+    chosen = MUTATIONS
+    if args.only:
+        wanted = [w.strip() for w in args.only.split(",") if w.strip()]
+        unknown = sorted(set(wanted) - {m.id for m in MUTATIONS})
+        if unknown:
+            parser.error(f"unknown mutation id(s): {', '.join(unknown)}")
+        chosen = tuple(m for m in MUTATIONS if m.id in wanted)
+    try:
+        validate(chosen, args.rev)
+    except Stale as exc:
+        print(f"the mutation list is stale:\n{exc}", file=sys.stderr)
+        return 2
+
+    if args.list:
+        for m in chosen:
+            print(f"{m.id}\n  breaks: {m.breaks}\n  file:   {m.file}")
+            for node in m.tests:
+                print(f"  test:   {node}")
+        return 0
+
+    logs = Path(tempfile.mkdtemp(prefix="py_reactor-mutations-logs-"))
+    print(f"{len(chosen)} mutation(s) of {args.rev}; logs in {logs}", flush=True)
+    rows: list[Outcome] = []
+    for m in chosen:
+        runs = [False, True] if args.baseline else [True]
+        for mutate in runs:
+            outcome = check(m, args.rev, args.venv, args.timeout, logs, args.keep, mutate)
+            rows.append(outcome)
+            print(
+                f"  {outcome.result:<8} {m.id}{'' if mutate else ' (baseline)'} "
+                f"({outcome.seconds:.0f} s): {outcome.detail}",
+                flush=True,
+            )
+            if not mutate and outcome.result != "PASSED":
+                break  # a selection failing unmutated says nothing about its mutation
+    print()
+    print(table(rows))
+    survived = [r for r in rows if r.result == "SURVIVED"]
+    broken = [r for r in rows if r.result in ("ERROR", "TIMEOUT", "FAILED")]
+    for r in survived + broken:
+        print(f"\n{r.mutation.id}: {r.result} — see {r.log}")
+    if survived:
+        print(f"\n{len(survived)} mutation(s) survived: their tests do not guard what they claim")
+        return 1
+    return 2 if broken else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
