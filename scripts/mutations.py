@@ -12,10 +12,13 @@ with the tests that claim to guard against it. For every mutation the script:
 3. points one virtualenv, shared by every copy, at the copy (``pip install --no-deps -e``,
    about 3 s): Celery and thread worker processes import the *installed* py_reactor, so the
    mutated copy must be the installed one, not merely first on a path;
-4. runs the selection with ``pytest -x -q -p no:randomly`` under a timeout, in the copy;
+4. runs the selection with ``pytest -x -q -p no:randomly`` under a timeout, in the copy
+   (with ``--each``, each listed test or file on its own: with ``-x`` a fast unit test that
+   catches the breakage first would hide an end-to-end test that does not);
 5. records CAUGHT (a test failed), SURVIVED (every test passed: the selection does not guard
    what it claims to), TIMEOUT, or ERROR (pytest could not run the selection: a node id that
-   no longer exists, a collection error).
+   no longer exists, a collection error, or only errors in fixtures: no test reached its
+   assertions, so nothing was caught).
 
 It prints a table, and exits 1 if any mutation survived, 2 if one could not be checked
 (error, timeout, a stale ``old`` text), else 0.
@@ -26,6 +29,7 @@ Usage::
     python3 scripts/mutations.py --list          # the list, validated against the tree
     python3 scripts/mutations.py --only no-wake-on-release,undo-skipped
     python3 scripts/mutations.py --baseline      # also run each selection unmutated first
+    python3 scripts/mutations.py --each          # every listed test must catch it on its own
 
 The virtualenv is created on first use (``--venv``, default ``$TMPDIR/py_reactor-mutations-
 venv``, with ``pip install -e '.[dev]'``, about a minute) and reused by later runs. The script
@@ -45,6 +49,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -169,8 +174,6 @@ MUTATIONS: tuple[Mutation, ...] = (
         tests=(
             "tests/coordination/test_ledger.py"
             "::test_a_recovered_run_re_enters_beside_a_checkpointed_hold_instead_of_adopting_it",
-            "tests/coordination/test_ledger.py"
-            "::test_a_recovered_run_gives_back_nothing_of_a_presumed_dead_runners_levels",
             "tests/concurrency/test_frozen_runner.py",
         ),
     ),
@@ -291,13 +294,25 @@ def child_env(venv: Path) -> dict[str, str]:
 @dataclass
 class Outcome:
     mutation: Mutation
+    tests: tuple[str, ...]
     result: str
     seconds: float
     detail: str
     log: Path
 
+    @property
+    def label(self) -> str:
+        """The mutation, and which of its tests ran when not all of them."""
+        label = self.mutation.id
+        if self.tests != self.mutation.tests:
+            label += " <- " + ", ".join(t.rsplit("/", 1)[-1] for t in self.tests)
+        if self.result in ("PASSED", "FAILED"):
+            label += " (baseline)"
+        return label
 
-FAILED = re.compile(r"^(?:FAILED|ERROR) (\S+)", re.MULTILINE)
+
+FAILED = re.compile(r"^FAILED (\S+)", re.MULTILINE)
+ERRORED = re.compile(r"^ERROR (\S+)", re.MULTILINE)
 
 
 def run_tests(
@@ -329,41 +344,76 @@ def run_tests(
 
 
 def check(
-    m: Mutation, rev: str, venv: Path, timeout: float, logs: Path, keep: bool, mutate: bool = True
-) -> Outcome:
+    m: Mutation,
+    selections: list[tuple[str, ...]],
+    *,
+    rev: str,
+    venv: Path,
+    timeout: float,
+    logs: Path,
+    keep: bool,
+    mutate: bool = True,
+) -> list[Outcome]:
+    """Run each of ``selections`` on one copy of ``rev`` with ``m`` applied (``mutate``) or
+    not (a baseline)."""
     tree = Path(tempfile.mkdtemp(prefix=f"py_reactor-mut-{m.id}-"))
-    started = time.monotonic()
-    name = m.id if mutate else f"{m.id}.baseline"
-    log = logs / f"{name}.log"
+    outcomes: list[Outcome] = []
     try:
+        started = time.monotonic()
         copy_tree(rev, tree)
         if mutate:
             apply(m, tree)
         point_venv(venv, tree)
-        code, output = run_tests(m.tests, tree, venv, timeout, log)
+        setup = time.monotonic() - started
+        for n, tests in enumerate(selections):
+            name = m.id if mutate else f"{m.id}.baseline"
+            log = logs / (f"{name}.log" if len(selections) == 1 else f"{name}.{n + 1}.log")
+            started = time.monotonic()
+            code, output = run_tests(tests, tree, venv, timeout, log)
+            seconds = time.monotonic() - started + (setup if n == 0 else 0.0)
+            outcomes.append(judge(m, tests, code, output, seconds, log, timeout, mutate))
+            print(
+                f"  {outcomes[-1].result:<8} {outcomes[-1].label} ({seconds:.0f} s): "
+                f"{outcomes[-1].detail}",
+                flush=True,
+            )
     finally:
         if not keep:
             shutil.rmtree(tree, ignore_errors=True)
-    seconds = time.monotonic() - started
+    return outcomes
+
+
+def judge(
+    m: Mutation,
+    tests: tuple[str, ...],
+    code: int | None,
+    output: str,
+    seconds: float,
+    log: Path,
+    timeout: float,
+    mutate: bool,
+) -> Outcome:
     failed = FAILED.findall(output)
     if code is None:
-        return Outcome(m, "TIMEOUT", seconds, f"no result within {timeout:g} s", log)
+        return Outcome(m, tests, "TIMEOUT", seconds, f"no result within {timeout:g} s", log)
     if code == 0:
-        return Outcome(m, "SURVIVED" if mutate else "PASSED", seconds, "every test passed", log)
-    if code == 1:
-        detail = failed[0] if failed else "a test failed"
-        return Outcome(m, "CAUGHT" if mutate else "FAILED", seconds, detail, log)
+        result = "SURVIVED" if mutate else "PASSED"
+        return Outcome(m, tests, result, seconds, "every test passed", log)
+    if code == 1 and failed:
+        return Outcome(m, tests, "CAUGHT" if mutate else "FAILED", seconds, failed[0], log)
+    errored = ERRORED.findall(output)
+    if code == 1 and errored:  # a fixture or collection error: no test got to its claim
+        detail = f"errored, did not fail (run --baseline to tell why): {errored[0]}"
+        return Outcome(m, tests, "ERROR", seconds, detail, log)
     tail = output.strip().splitlines()[-1:] or [""]
-    return Outcome(m, "ERROR", seconds, f"pytest exit {code}: {tail[0]}", log)
+    return Outcome(m, tests, "ERROR", seconds, f"pytest exit {code}: {tail[0]}", log)
 
 
 def table(rows: list[Outcome]) -> str:
-    width = max([len(r.mutation.id) for r in rows] + [8])
-    lines = [f"{'mutation':<{width}}  {'result':<8}  {'time':>6}  detail"]
-    lines.append("-" * len(lines[0]) + "-" * 40)
+    lines: list[str] = []
     for r in rows:
-        name = r.mutation.id if r.result not in ("PASSED", "FAILED") else f"{r.mutation.id} (base)"
-        lines.append(f"{name:<{width}}  {r.result:<8}  {r.seconds:>5.0f}s  {r.detail}")
+        lines.append(f"{r.result:<8}  {r.seconds:>4.0f}s  {r.label}")
+        lines.append(f"{'':<16}{r.detail}")
     return "\n".join(lines)
 
 
@@ -377,6 +427,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep the mutated copies")
     parser.add_argument(
         "--baseline", action="store_true", help="first run each selection on the unmutated copy"
+    )
+    parser.add_argument(
+        "--each",
+        action="store_true",
+        help="run each listed test on its own: every one must catch its mutation",
     )
     args = parser.parse_args(argv)
 
@@ -404,23 +459,23 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(chosen)} mutation(s) of {args.rev}; logs in {logs}", flush=True)
     rows: list[Outcome] = []
     for m in chosen:
-        runs = [False, True] if args.baseline else [True]
-        for mutate in runs:
-            outcome = check(m, args.rev, args.venv, args.timeout, logs, args.keep, mutate)
-            rows.append(outcome)
-            print(
-                f"  {outcome.result:<8} {m.id}{'' if mutate else ' (baseline)'} "
-                f"({outcome.seconds:.0f} s): {outcome.detail}",
-                flush=True,
-            )
-            if not mutate and outcome.result != "PASSED":
-                break  # a selection failing unmutated says nothing about its mutation
+        selections = [(node,) for node in m.tests] if args.each else [m.tests]
+        run = partial(
+            check, m, selections, rev=args.rev, venv=args.venv, timeout=args.timeout,
+            logs=logs, keep=args.keep,
+        )  # fmt: skip
+        if args.baseline:
+            base = run(mutate=False)
+            rows += base
+            if any(r.result != "PASSED" for r in base):
+                continue  # a selection failing unbroken says nothing about the breakage
+        rows += run()
     print()
     print(table(rows))
     survived = [r for r in rows if r.result == "SURVIVED"]
     broken = [r for r in rows if r.result in ("ERROR", "TIMEOUT", "FAILED")]
     for r in survived + broken:
-        print(f"\n{r.mutation.id}: {r.result} — see {r.log}")
+        print(f"\n{r.label}: {r.result}, see {r.log}")
     if survived:
         print(f"\n{len(survived)} mutation(s) survived: their tests do not guard what they claim")
         return 1
