@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+
 from py_reactor import (
     Element,
     Input,
@@ -15,6 +18,10 @@ from py_reactor import (
 
 #: What the steps did, by test key.
 LOG: dict[str, list[str]] = {}
+
+#: ``WITHIN[key](amount)``: a context the charge body of ``amount`` runs inside, under the card
+#: lock (a test records who is inside, and who holds the lock).
+WITHIN: dict[str, Callable[[int], AbstractContextManager[object]]] = {}
 
 
 def log(key: str, what: str) -> None:
@@ -31,7 +38,8 @@ class ChargeOne(Reactor):
     @step
     @with_lock(lambda a: f"{a['key']}:card", ttl=30)
     def charge(key: str, amount: int, currency: str) -> str:
-        log(key, f"charge {amount}")
+        with WITHIN.get(key, nullcontext)(amount):
+            log(key, f"charge {amount}")
         if amount == 13:
             raise ValueError(f"declined {amount}")
         return f"{amount} {currency}"

@@ -3,14 +3,31 @@ elements highest index first; a contended element parks the run in a worker and 
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import pytest
 
-from py_reactor import Element, Input, Lock, MapResult, Reactor, configure, find, map_step, step
+from py_reactor import (
+    Element,
+    Input,
+    Lock,
+    MapResult,
+    Middleware,
+    Reactor,
+    configure,
+    find,
+    map_step,
+    step,
+)
 from py_reactor.dsl.map import fans_out
 from py_reactor.errors import DefinitionError
+from py_reactor.observability import events as ev
+from tests._overlap import OverlapRecorder
+from tests._wait import status, until
 from tests.engine import _map_reactors as m
 
 
@@ -19,6 +36,7 @@ def _store(redis_url: str) -> Iterator[None]:
     configure(redis_url=redis_url, park_delay=30.0, park_jitter=0.0)
     yield
     m.LOG.clear()
+    m.WITHIN.clear()
 
 
 def test_each_element_runs_the_child_and_the_values_keep_element_order(key: str) -> None:
@@ -76,10 +94,8 @@ def test_collect_runs_every_element_and_reports_failures_by_index(key: str) -> N
 def test_a_contended_element_parks_the_run_and_completes_once_free(key: str) -> None:
     with Lock(f"{key}:card", ttl=30, wait=0):
         out = m.BgCharges.run(key=key, items=[1, 2])
-        deadline = time.monotonic() + 10
-        while (found := find(out.execution_id)) is None or found.status != "waiting":
-            assert time.monotonic() < deadline, "the element never parked"
-            time.sleep(0.01)
+        until(lambda: status(out.execution_id) == "waiting", "the element parked", timeout=10)
+        found = _stored(out.execution_id)
         assert found.waiting_on is not None
         assert found.waiting_on["step"] == "charges[0].charge"
         assert found.waiting_on["key"] == f"{key}:card"
@@ -142,22 +158,84 @@ def test_fan_out_refuses_a_child_defined_inside_a_function() -> None:
     map_step(LocalChild, source=Input("items"), amount=Element("x"))  # in place: fine
 
 
-def test_fanned_out_elements_on_one_lock_take_turns_in_their_own_jobs(key: str) -> None:
-    """Each element runs as its own execution (own owner), so they do not re-enter each
-    other's card lock as in-place elements would: they take turns, and the map's value keeps
-    element order.
+class Dispatches(Middleware):
+    """The execution id of every element dispatched, in order."""
 
-    A short park timer: an element whose busy answer comes just before the holder's release
-    parks after that release handed the key on, and is then due by the timer only (the store
-    does not re-check the key when the park is written); this test is about taking turns."""
-    configure(park_delay=0.2, park_jitter=0.0)
-    outcome = m.FanCharges.run(key=key, items=[1, 2, 3, 4])
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+
+    def on_unit_dispatched(self, event: ev.UnitDispatched) -> None:
+        self.ids.append(event.unit_execution_id)
+
+
+def _stored(execution_id: str) -> Any:
+    found = find(execution_id)
+    assert found is not None, execution_id
+    return found
+
+
+def test_fanned_out_elements_on_one_lock_take_turns_in_their_own_jobs(
+    key: str, redis_url: str
+) -> None:
+    """Each element runs as its own execution and takes the card lock under its own owner (not
+    the map's), so they do not re-enter each other's lock as in-place elements would: they take
+    turns, one inside at a time, and the map's value keeps element order.
+
+    The test holds the card first, so the three elements in flight all park on it; its release
+    and each element's end wake the next. The park timer is 60 s and the run must end within
+    15 s of the release, so a lost wake fails the test instead of being covered by the timer."""
+    dispatches = Dispatches()
+    configure(park_delay=60.0, park_jitter=0.0, middleware=[dispatches])
+    inside = OverlapRecorder(redis_url, f"map-card:{key}")
+    owners: dict[int, str | None] = {}
+
+    @contextmanager
+    def turn(amount: int) -> Iterator[None]:
+        owners[amount] = Lock(f"{key}:card").state().owner
+        with inside.inside(f"charge {amount}"):
+            yield
+
+    m.WITHIN[key] = turn
+    done: list[Any] = []
+    held = Lock(f"{key}:card", ttl=30, wait=0).acquire()
+    try:
+        runner = threading.Thread(
+            target=lambda: done.append(m.FanCharges.run(key=key, items=[1, 2, 3, 4])), daemon=True
+        )
+        runner.start()
+        until(lambda: len(dispatches.ids) == 3, "three elements were dispatched")
+        first_three = list(dispatches.ids)
+        until(
+            lambda: all(status(i) == "waiting" for i in first_three),
+            "the three elements in flight parked on the held card",
+        )
+        assert inside.entries == 0
+    finally:
+        released = time.monotonic()
+        held.release()
+    runner.join(30)
+    assert not runner.is_alive(), "the map never ended"
+    assert time.monotonic() - released < 15.0  # woken, not the 60 s timer
+    (outcome,) = done
     assert outcome.is_success, outcome
     assert outcome.value == ["1 eur", "2 eur", "3 eur", "4 eur"]
     assert sorted(m.LOG[key][1:]) == ["charge 1", "charge 2", "charge 3", "charge 4"]
-    assert [e["step"] for e in outcome.trace if e["type"] == "dispatched"] == [
+    dispatched = [
+        (e["step"], e["execution_id"]) for e in outcome.trace if e["type"] == "dispatched"
+    ]
+    assert [step for step, _ in dispatched] == [
         "charges[0]", "charges[1]", "charges[2]", "charges[3]",
     ]  # fmt: skip
+    ids = [execution_id for _, execution_id in dispatched]
+    assert inside.entries == 4
+    assert inside.max_concurrency == 1
+    assert inside.replayed_max() == 1
+    assert owners == {1: ids[0], 2: ids[1], 3: ids[2], 4: ids[3]}
+    assert outcome.execution_id not in owners.values()
+    assert ids == dispatches.ids
+    parked = [i for i in ids if any(e["type"] == "parked" for e in _stored(i).trace)]
+    assert len(parked) >= 1
+    assert set(first_three) <= set(parked)
     undone = m.FanCharges.run(key=f"{key}-undo", items=[1, 2], fail_after=True)
     assert undone.status == "failed"
     assert m.LOG[f"{key}-undo"][-3:] == ["refund 2", "refund 1", "close"]
