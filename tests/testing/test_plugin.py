@@ -122,21 +122,34 @@ def test_a_failing_helper_reports_its_message_at_the_test_line(pytester: pytest.
 
 
 def test_a_lock_left_held_is_released_before_the_next_test(pytester: pytest.Pytester) -> None:
-    """A hold a test never released is released when it ends: the next test takes the key."""
+    """A hold a test never released is released when it ends: the next test finds the key free
+    and takes it. The next test opens no ``reactor_store`` (which would flush the server and
+    free the key whatever happened); a control pair shows that such a test does see a hold the
+    plugin did not take (a plain ``Lock`` left held, 60 s ttl)."""
     pytester.makepyfile(
         test_left="""
-        from py_reactor import Lock
+        from py_reactor import Lock, configure
 
         def test_leaves_it_held(hold_lock):
-            hold_lock.acquire("shared")
+            hold = hold_lock.acquire("shared")
+            assert Lock("shared").state().owner == hold.owner
 
-        def test_takes_it(reactor_store):
+        def test_takes_it(reactor_server):
+            configure(redis_url=reactor_server.url)
+            assert Lock("shared").state().owner is None
             with Lock("shared", wait=0):
                 pass
+
+        def test_leaves_a_plain_hold(reactor_store):
+            Lock("plain", ttl=60).acquire()
+
+        def test_sees_the_plain_hold(reactor_server):
+            configure(redis_url=reactor_server.url)
+            assert Lock("plain").state().owner is not None
         """
     )
-    result = pytester.runpytest_subprocess(*STRICT)
-    result.assert_outcomes(passed=2)
+    result = pytester.runpytest_subprocess(*STRICT, "-p", "no:randomly")
+    result.assert_outcomes(passed=4)
 
 
 def _worked_example() -> str:
