@@ -64,7 +64,7 @@ def test_sources_are_immutable_and_comparable() -> None:
     assert Input("a") == Input("a")
     assert Result("s", "f") == Result("s", "f")
     assert Value(1) == Value(1)
-    with pytest.raises(dataclasses.FrozenInstanceError):
+    with pytest.raises(dataclasses.FrozenInstanceError, match="cannot assign to field 'name'"):
         Input("a").name = "b"  # type: ignore[misc]
 
 
@@ -171,9 +171,9 @@ def test_inputs_refuse_attribute_assignment() -> None:
 def test_inputs_refuse_item_assignment_and_deletion() -> None:
     """Assigning or deleting self.inputs["x"] raises TypeError and keeps the value."""
     inputs = _captured_inputs(amount=1)
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="'Inputs' object does not support item assignment"):
         inputs["amount"] = 2
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match=r"'Inputs' object does(n't| not) support item deletion"):
         del inputs["amount"]
     assert inputs["amount"] == 1
 
@@ -188,7 +188,7 @@ def test_unknown_input_attribute_lists_the_inputs() -> None:
 def test_unknown_input_key_raises_key_error() -> None:
     """Reading an unknown input by key raises KeyError."""
     inputs = _captured_inputs(amount=1)
-    with pytest.raises(KeyError):
+    with pytest.raises(KeyError, match="'amont'"):
         _ = inputs["amont"]
 
 
@@ -217,7 +217,7 @@ def test_inputs_inside_a_reactor_run_are_read_only() -> None:
     assert Orders.run(amount=3).is_success is True
     inputs = Capture.seen[0]
     assert (inputs.amount, inputs["note"]) == (3, "hello")
-    with pytest.raises(AttributeError):
+    with pytest.raises(AttributeError, match="step inputs are read-only"):
         inputs.amount = 4
 
 

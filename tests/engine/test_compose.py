@@ -354,7 +354,7 @@ def test_compose_of_a_non_reactor_is_refused() -> None:
     """compose() refuses anything that is not a Reactor subclass with DefinitionError."""
     with pytest.raises(DefinitionError, match="Reactor"):
         compose(Reserve)  # type: ignore[arg-type]
-    with pytest.raises(DefinitionError):
+    with pytest.raises(DefinitionError, match="Reactor"):
         compose(object())  # type: ignore[arg-type]
 
 

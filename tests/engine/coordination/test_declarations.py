@@ -95,7 +95,7 @@ def test_all_five_primitives_are_introspectable_together() -> None:
 
 def test_coordination_mapping_is_read_only() -> None:
     """Nobody can change a reactor's declarations by writing into ``.coordination``."""
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="does not support item assignment"):
         Locked.coordination["semaphore"] = object()  # type: ignore[index]
     assert set(Locked.coordination) == {"lock"}
 
@@ -176,12 +176,28 @@ def test_bad_options_are_refused_when_the_decorator_is_called(
     assert "with_" in str(caught.value)
 
 
+def _declared(decorator: Callable[[Any], Any]) -> Any:
+    """The one declaration ``decorator`` records on a fresh subclass of ``Plain``."""
+
+    class Target(Plain):
+        pass
+
+    (declaration,) = decorator(Target).coordination.values()
+    return declaration
+
+
 def test_good_options_are_accepted() -> None:
-    """The options the refusals are tested against are accepted when valid."""
-    with_lock("k", ttl=0.5, wait=0, auto_extend=False)
-    with_semaphore("k", limit=1, wait=0)
-    with_rate_limit("k", limit=1, period=30)
-    with_rate_limit("k", limits={"second": 3, "minute": 100})
-    with_rate_limit("registered-name")
-    with_period("k", every=90)
-    with_ordered_lock("k", ttl=10, poison_pill_timeout=1, strict=False)
+    """The options the refusals are tested against are accepted when valid, and stored."""
+    lock = _declared(with_lock("k", ttl=0.5, wait=0, auto_extend=False))
+    assert (lock.key, lock.ttl, lock.wait, lock.auto_extend) == ("k", 0.5, 0, False)
+    semaphore = _declared(with_semaphore("k", limit=1, wait=0))
+    assert (semaphore.limit, semaphore.wait) == (1, 0)
+    rate = _declared(with_rate_limit("k", limit=1, period=30))
+    assert (rate.limit, rate.period, rate.limits) == (1, 30, None)
+    both = _declared(with_rate_limit("k", limits={"second": 3, "minute": 100}))
+    assert (both.limit, both.limits) == (None, {"second": 3, "minute": 100})
+    named = _declared(with_rate_limit("registered-name"))
+    assert (named.key, named.limit, named.limits) == ("registered-name", None, None)
+    assert _declared(with_period("k", every=90)).every == 90
+    ordered = _declared(with_ordered_lock("k", ttl=10, poison_pill_timeout=1, strict=False))
+    assert (ordered.ttl, ordered.poison_pill_timeout, ordered.strict) == (10, 1, False)

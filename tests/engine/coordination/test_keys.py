@@ -54,7 +54,7 @@ def test_key_functions_receive_the_validated_inputs_read_only(key: str) -> None:
     assert len(seen) == 1
     assert seen[0]["n"] == 7
     assert isinstance(seen[0]["n"], int)
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="does not support item assignment"):
         seen[0]["n"] = 8
     assert outcome.results["probe"] == outcome.context.root_id
 

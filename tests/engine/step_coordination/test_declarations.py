@@ -275,11 +275,11 @@ def test_a_class_step_declaration_reads_the_class_declarations() -> None:
 
 def test_coordination_mappings_are_read_only() -> None:
     """Neither a Step class's nor an inline step's ``.coordination`` can be written into."""
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="does not support item assignment"):
         LockedStep.coordination["semaphore"] = object()  # type: ignore[index]
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="does not support item assignment"):
         InlineBelow.work.coordination["lock"] = object()  # type: ignore[index]
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="does not support item assignment"):
         Plain.coordination["lock"] = object()  # type: ignore[index]
     assert set(LockedStep.coordination) == {"lock"}
     assert set(InlineBelow.work.coordination) == ALL_FIVE

@@ -420,7 +420,7 @@ def test_coordination_shows_the_declaration_wherever_it_is_placed(name: str) -> 
     declared = PLACEMENTS[name].locked.coordination  # type: ignore[attr-defined]
     assert dict(declared) == {"lock": LockDeclaration(step_key, wait=5)}
     assert dict(LockedWork.coordination) == dict(declared)
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="does not support item assignment"):
         cast(Any, declared)["lock"] = None  # read-only
 
 
