@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import hashlib
+import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
+import pytest
 import redis
 
+from py_reactor.config import get_config
 from py_reactor.coordination.owner import HeldBy
 from py_reactor.coordination.store import (
     LockInfo,
@@ -23,16 +27,76 @@ from py_reactor.coordination.store import (
 )
 from py_reactor.storage.redis import RedisStore, lua_source
 
-__all__ = ["StoreProxy", "WakeMissed", "client_commands", "sha", "until"]
+__all__ = [
+    "Recording",
+    "StoreProxy",
+    "WakeMissed",
+    "client_commands",
+    "in_one_window",
+    "in_thread",
+    "join_all",
+    "leave_room",
+    "server_now",
+    "sha",
+    "store_settings",
+]
+
+T = TypeVar("T")
 
 
-def until(condition: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
-    """Block until ``condition()`` holds (state only visible in Redis), or fail naming ``what``."""
+def server_now(client: redis.Redis) -> float:
+    """The server's clock, in seconds."""
+    seconds, micros = client.time()
+    return float(seconds) + float(micros) / 1e6
+
+
+def leave_room(client: redis.Redis, window: int, seconds: float) -> None:
+    """Sleep into the next window if fewer than ``seconds`` are left in the current one."""
+    left = window - server_now(client) % window
+    if left < seconds:
+        time.sleep(left + 0.02)
+
+
+def in_one_window(client: redis.Redis, window: int, body: Callable[[str], T]) -> T:
+    """Run ``body(fresh key)`` until one run starts and ends in the same ``window``."""
+    for _ in range(3):
+        before = int(server_now(client) // window)
+        result = body(f"test-{uuid.uuid4().hex[:12]}")
+        if int(server_now(client) // window) == before:
+            return result
+    pytest.fail(f"three runs in a row crossed a {window}-second window boundary")
+
+
+def store_settings() -> dict[str, Any]:
+    """The current store settings, for a spawned child to configure itself the same way."""
+    config = get_config()
+    settings = {"redis_url": config.redis_url, "embedded_dir": config.embedded_dir}
+    return {name: value for name, value in settings.items() if value is not None}
+
+
+def in_thread(target: Callable[[], Any]) -> tuple[threading.Thread, dict[str, Any]]:
+    """Run ``target`` in a started thread; the dict receives its ``result`` or ``error``, and
+    ``at`` (monotonic) when it ended."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["result"] = target()
+        except BaseException as exc:
+            box["error"] = exc
+        box["at"] = time.monotonic()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, box
+
+
+def join_all(threads: Sequence[threading.Thread], timeout: float = 60.0) -> None:
+    """Join ``threads`` within ``timeout`` seconds in all, or fail."""
     deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.002)
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+        assert not thread.is_alive(), "a thread did not finish"
 
 
 class StoreProxy:
@@ -166,6 +230,39 @@ class WakeMissed(StoreProxy):
             self.meanwhile()
             return None
         return self.inner.wait_for_handoff(ticket, timeout)
+
+
+class Recording(StoreProxy):
+    """A real store that records every protocol call: ``(thread name, method, result)``, in
+    order, so a test can tell a waiter handed a key (``wait_for_handoff`` gave a token) from
+    one that found it by trying again after a timed-out sleep."""
+
+    def __init__(self, inner: Store) -> None:
+        super().__init__(inner)
+        self.log: list[tuple[str, str, Any]] = []
+        self._guard = threading.Lock()
+
+    def __getattribute__(self, name: str) -> Any:
+        found = object.__getattribute__(self, name)
+        if (
+            name.startswith("_")
+            or name in ("inner", "description", "log", "of")
+            or not callable(found)
+        ):
+            return found
+
+        def recorded(*args: Any, **kwargs: Any) -> Any:
+            result = found(*args, **kwargs)
+            with object.__getattribute__(self, "_guard"):
+                entry = (threading.current_thread().name, name, result)
+                object.__getattribute__(self, "log").append(entry)
+            return result
+
+        return recorded
+
+    def of(self, thread: threading.Thread) -> list[tuple[str, Any]]:
+        """The calls ``thread`` made: ``(method, result)``, in order."""
+        return [(method, result) for name, method, result in self.log if name == thread.name]
 
 
 def client_commands(

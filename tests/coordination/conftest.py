@@ -29,6 +29,9 @@ def server_store(redis_url: str) -> Store:
 
 @pytest.fixture
 def raw(store: Store) -> redis.Redis:
-    """A plain client of the same server as ``store``, for inspecting keys."""
+    """A plain client of the same server as ``store``, for inspecting keys.
+
+    Overrides the root ``raw`` because the store here is also the embedded server, which the
+    root fixture (the private redis-server only) does not reach."""
     client: redis.Redis = store.client  # type: ignore[attr-defined]
     return client

@@ -23,7 +23,7 @@ import pytest
 
 from py_reactor import configure
 from py_reactor.coordination import Lock, Period, Semaphore
-from py_reactor.errors import CoordinationError, LockAcquisitionError
+from py_reactor.errors import LockAcquisitionError, SemaphoreAcquisitionError
 from tests._redis import PrivateRedis
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -146,7 +146,7 @@ def test_a_killed_process_leaves_its_holds_to_their_ttl(
             child.send_signal(signal.SIGKILL)
             child.wait(30)
     if what == "semaphore slot":
-        with pytest.raises(CoordinationError):
+        with pytest.raises(SemaphoreAcquisitionError):
             Semaphore(key, limit=1, wait=0).acquire()
     else:
         with pytest.raises(LockAcquisitionError):

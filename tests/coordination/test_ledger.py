@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 import pytest
+import redis
 
 from py_reactor import (
     Lock,
@@ -40,6 +41,7 @@ from py_reactor.coordination.owner import bind_owner, unbind_owner
 from py_reactor.coordination.scope import Admission, Scope
 from py_reactor.coordination.store import Store
 from py_reactor.errors import LockAcquisitionError, OrderedLockWaitError
+from tests.coordination._helpers import leave_room
 
 pytestmark = pytest.mark.usefixtures("store")
 
@@ -202,10 +204,13 @@ def test_a_park_gives_back_everything_but_the_ordered_position(key: str) -> None
     assert sequence.state().drained
 
 
-def test_a_rate_limit_is_charged_once_per_scope_even_when_entered_again(key: str) -> None:
+def test_a_rate_limit_is_charged_once_per_scope_even_when_entered_again(
+    raw: redis.Redis, key: str
+) -> None:
     """The charge is a record: the scope built again after a park is not charged twice."""
     from py_reactor import RateLimit
 
+    leave_room(raw, 60, 2)  # both enters and the count in one minute window
     ledger = Ledger()
     declared = {"rate_limit": RateLimitDeclaration(key, limit=5, period="minute")}
     _scope(ledger, key, **declared).enter()

@@ -9,22 +9,27 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
-import redis
 
 from py_reactor import configure
-from py_reactor.config import get_config
 from py_reactor.coordination import Lock, LockHold, LockState
 from py_reactor.coordination.owner import bind_owner, unbind_owner
 from py_reactor.coordination.store import Store, WaitTicket
 from py_reactor.errors import DefinitionError, LockAcquisitionError
-from py_reactor.storage import current_store
-from py_reactor.storage.redis import RedisStore
+from tests._overlap import OverlapRecorder
 from tests._redis import PrivateRedis
-from tests.coordination._helpers import WakeMissed, client_commands, sha, until
+from tests._wait import until
+from tests.coordination._helpers import (
+    Recording,
+    WakeMissed,
+    client_commands,
+    in_thread,
+    join_all,
+    sha,
+    store_settings,
+)
 
 SPAWN = multiprocessing.get_context("spawn")
 
@@ -32,56 +37,16 @@ SPAWN = multiprocessing.get_context("spawn")
 # ----------------------------------------------------------------------------- helpers
 
 
-def _settings() -> dict[str, Any]:
-    """The current store settings, for a spawned child to configure itself the same way."""
-    config = get_config()
-    settings = {"redis_url": config.redis_url, "embedded_dir": config.embedded_dir}
-    return {name: value for name, value in settings.items() if value is not None}
-
-
-def _client() -> redis.Redis:
-    """The redis client of the configured store (children use it for overlap counters)."""
-    store = current_store()
-    assert isinstance(store, RedisStore)
-    return store.client
-
-
-def _in_thread(target: Callable[[], Any]) -> tuple[threading.Thread, dict[str, Any]]:
-    """Run ``target`` in a started thread; the dict receives its ``result`` or ``error``."""
-    box: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            box["result"] = target()
-        except BaseException as exc:
-            box["error"] = exc
-        box["at"] = time.monotonic()
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread, box
-
-
-def _join(threads: Sequence[threading.Thread], timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    for thread in threads:
-        thread.join(max(0.0, deadline - time.monotonic()))
-        assert not thread.is_alive(), "a thread did not finish"
-
-
-def _overlap_child(settings: dict[str, Any], key: str, counters: str, cycles: int, go: Any) -> None:
-    """Child process: ``cycles`` times take the lock and record entries in Redis counters."""
+def _overlap_child(
+    settings: dict[str, Any], key: str, inside: OverlapRecorder, cycles: int, go: Any
+) -> None:
+    """Child process: ``cycles`` times take the lock and record being inside it."""
     configure(**settings)
-    client = _client()
     if not go.wait(30):
         raise RuntimeError("never told to start")
     for _ in range(cycles):
-        with Lock(key, wait=30):
-            if client.incr(f"{counters}:inside") != 1:
-                client.incr(f"{counters}:overlaps")
-            total = int(client.get(f"{counters}:total") or 0)  # non-atomic on purpose
-            client.set(f"{counters}:total", total + 1)
-            client.decr(f"{counters}:inside")
+        with Lock(key, wait=30), inside.inside(f"pid {os.getpid()}"):
+            pass
 
 
 def _hold_until_killed(settings: dict[str, Any], key: str, ttl: float, ready: Any) -> None:
@@ -122,12 +87,15 @@ def test_second_owner_is_refused_with_an_error_naming_the_key(store: Store, key:
 
 
 def test_wait_zero_does_not_wait_but_a_wait_does(store: Store, key: str) -> None:
-    """wait=0 is refused at once; wait=0.3 is refused only after about 0.3 s."""
+    """wait=0 is refused at once (one acquire call, no sleep on the wake list); wait=0.3 is
+    refused only after about 0.3 s."""
+    recording = Recording(store)
     with Lock(key, ttl=30):
-        started = time.monotonic()
-        with pytest.raises(LockAcquisitionError):
-            Lock(key, wait=0).acquire()
-        assert time.monotonic() - started < 0.2
+        with pytest.raises(LockAcquisitionError, match=r"wait=0: did not wait"):
+            Lock(key, wait=0, store=recording).acquire()
+        assert [method for method, _ in recording.of(threading.current_thread())] == [
+            "lock_acquire"
+        ]
         started = time.monotonic()
         with pytest.raises(LockAcquisitionError, match="after waiting"):
             Lock(key, wait=0.3).acquire()
@@ -135,18 +103,21 @@ def test_wait_zero_does_not_wait_but_a_wait_does(store: Store, key: str) -> None
 
 
 def test_waiter_is_handed_the_lock_promptly_with_a_larger_token(store: Store, key: str) -> None:
-    """A waiting owner gets the lock within a fraction of a second of the release."""
+    """A waiting owner is handed the lock by the release (its sleep on the wake list returns
+    the new token; it does not find the key free by trying again)."""
+    recording = Recording(store)
     lock = Lock(key, ttl=60)
     holder = lock.acquire()
-    thread, box = _in_thread(lambda: Lock(key, wait=5).acquire())
+    thread, box = in_thread(lambda: Lock(key, wait=5, store=recording).acquire())
     until(lambda: lock.state().waiters == 1, "the waiter to queue")
-    released_at = time.monotonic()
     holder.release()
-    _join([thread])
+    join_all([thread])
     assert "error" not in box, box.get("error")
     waiter: LockHold = box["result"]
     try:
-        assert box["at"] - released_at < 0.5  # handed off, not found by polling
+        calls = recording.of(thread)
+        assert calls[0][0] == "lock_acquire"
+        assert calls[-1] == ("wait_for_handoff", waiter.fencing_token)  # handed off
         assert waiter.fencing_token > holder.fencing_token
         assert lock.state().owner == waiter.owner
     finally:
@@ -288,9 +259,9 @@ def test_state_reports_owner_count_token_ttl_and_waiters(store: Store, key: str)
         assert state.fencing_token == outer.fencing_token
         assert state.ttl is not None
         assert 25 < state.ttl <= 30
-        thread, box = _in_thread(lambda: Lock(key, wait=5, owner="waiter").acquire())
+        thread, box = in_thread(lambda: Lock(key, wait=5, owner="waiter").acquire())
         until(lambda: lock.state().waiters == 1, "the waiter to queue")
-    _join([thread])
+    join_all([thread])
     waiter: LockHold = box["result"]
     state = lock.state()
     assert (state.owner, state.count, state.waiters) == ("waiter", 1, 0)
@@ -319,7 +290,7 @@ def test_waiters_are_served_in_arrival_order(store: Store, key: str) -> None:
         queued = number + 1
         until(lambda: lock.state().waiters == queued, f"waiter {number} to queue")
     holder.release()
-    _join(threads)
+    join_all(threads)
     assert order == [0, 1, 2, 3, 4]
 
 
@@ -417,24 +388,22 @@ def test_a_waiter_queues_in_its_first_call_and_is_handed_the_lock_without_anothe
 # ----------------------------------------------------------------------------- concurrency
 
 
-def test_threads_on_one_key_never_overlap(store: Store, raw: redis.Redis, key: str) -> None:
+def test_threads_on_one_key_never_overlap(store: Store, redis_url: str, key: str) -> None:
     """Eight threads x 100 acquisitions of one key are never inside together."""
-    counters = f"{key}:counters"
+    inside = OverlapRecorder(redis_url, f"lock-threads:{key}")
 
     def worker() -> None:
         for _ in range(100):
-            with Lock(key, wait=30):
-                if raw.incr(f"{counters}:inside") != 1:
-                    raw.incr(f"{counters}:overlaps")
-                total = int(raw.get(f"{counters}:total") or 0)  # non-atomic on purpose
-                raw.set(f"{counters}:total", total + 1)
-                raw.decr(f"{counters}:inside")
+            with Lock(key, wait=30), inside.inside(threading.current_thread().name):
+                pass
 
-    boxes = [_in_thread(worker) for _ in range(8)]
-    _join([thread for thread, _ in boxes])
+    boxes = [in_thread(worker) for _ in range(8)]
+    join_all([thread for thread, _ in boxes])
     assert [box.get("error") for _, box in boxes] == [None] * 8
-    assert int(raw.get(f"{counters}:overlaps") or 0) == 0
-    assert int(raw.get(f"{counters}:total") or 0) == 800
+    assert inside.entries == 800
+    assert inside.max_concurrency == 1
+    assert inside.overlaps == 0
+    assert inside.replayed_max() == 1
 
 
 def test_different_keys_are_held_at_the_same_time(store: Store, key: str) -> None:
@@ -445,17 +414,17 @@ def test_different_keys_are_held_at_the_same_time(store: Store, key: str) -> Non
         with Lock(name, wait=0):
             both_inside.wait()
 
-    boxes = [_in_thread(functools.partial(worker, f"{key}:{i}")) for i in range(2)]
-    _join([thread for thread, _ in boxes])
+    boxes = [in_thread(functools.partial(worker, f"{key}:{i}")) for i in range(2)]
+    join_all([thread for thread, _ in boxes])
     assert [box.get("error") for _, box in boxes] == [None, None]
 
 
-def test_processes_on_one_key_never_overlap(store: Store, raw: redis.Redis, key: str) -> None:
+def test_processes_on_one_key_never_overlap(store: Store, redis_url: str, key: str) -> None:
     """Four OS processes x 25 acquisitions of one key are never inside together."""
-    counters = f"{key}:counters"
+    inside = OverlapRecorder(redis_url, f"lock-processes:{key}")
     go = SPAWN.Event()
     children = [
-        SPAWN.Process(target=_overlap_child, args=(_settings(), key, counters, 25, go))
+        SPAWN.Process(target=_overlap_child, args=(store_settings(), key, inside, 25, go))
         for _ in range(4)
     ]
     for child in children:
@@ -470,14 +439,16 @@ def test_processes_on_one_key_never_overlap(store: Store, raw: redis.Redis, key:
             if child.is_alive():
                 child.kill()
                 child.join()
-    assert int(raw.get(f"{counters}:overlaps") or 0) == 0
-    assert int(raw.get(f"{counters}:total") or 0) == 100
+    assert inside.entries == 100
+    assert inside.max_concurrency == 1
+    assert inside.overlaps == 0
+    assert len({label for _, label in inside.events}) == 4  # all four processes took turns
 
 
 def test_a_killed_holder_frees_the_key_after_its_ttl(store: Store, key: str) -> None:
     """A holder killed with SIGKILL loses the lock about one ttl later, with no operator action."""
     ready = SPAWN.Event()
-    child = SPAWN.Process(target=_hold_until_killed, args=(_settings(), key, 1.0, ready))
+    child = SPAWN.Process(target=_hold_until_killed, args=(store_settings(), key, 1.0, ready))
     child.start()
     try:
         assert ready.wait(30), "the child never took the lock"
@@ -533,13 +504,17 @@ def test_two_waiters_of_one_owner_leave_the_lock_free_after_both_release(
 def test_a_waiter_queued_behind_an_expired_hold_is_handed_the_lock_promptly(
     store: Store, key: str
 ) -> None:
-    """After a dead holder's lock expires, each release still hands it to the next waiter."""
+    """After a dead holder's lock expires, each release still hands it to the next waiter: C's
+    last call is the sleep on the wake list that B's release ended with C's token."""
+    recording = Recording(store)
     Lock(key, ttl=0.5, auto_extend=False).acquire()  # a holder that dies: never released
     got: dict[str, float] = {}
     released: dict[str, float] = {}
+    tokens: dict[str, int] = {}
 
     def waiter(name: str, hold_for: float) -> None:
-        with Lock(key, ttl=30, wait=10):
+        with Lock(key, ttl=30, wait=10, store=recording) as hold:
+            tokens[name] = hold.fencing_token
             got[name] = time.monotonic()
             time.sleep(hold_for)
             released[name] = time.monotonic()
@@ -552,8 +527,12 @@ def test_a_waiter_queued_behind_an_expired_hold_is_handed_the_lock_promptly(
     until(lambda: Lock(key).state().waiters == 2, "C queued")
     first.join(15)
     second.join(15)
+    assert not first.is_alive()
+    assert not second.is_alive()
     assert got["C"] >= released["B"]
-    assert got["C"] - released["B"] < 0.5, "C was not woken by B's release"
+    calls = recording.of(second)
+    taking = calls[: [method for method, _ in calls].index("lock_release")]
+    assert taking[-1] == ("wait_for_handoff", tokens["C"]), f"C was not handed it: {taking}"
 
 
 def _fork_child_holds(url: str, key: str, result: Any) -> None:

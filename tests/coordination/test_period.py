@@ -17,16 +17,12 @@ import redis
 from py_reactor import configure
 from py_reactor.coordination.period import CALENDAR, Period, PeriodClaim
 from py_reactor.coordination.store import Store
-from py_reactor.errors import CoordinationError, DefinitionError
+from py_reactor.errors import DefinitionError, PeriodBusyError
 from py_reactor.storage import keys
 from py_reactor.storage.redis import lua_source
 from tests._redis import PrivateRedis
-
-
-def server_now(client: redis.Redis) -> float:
-    """The server's clock, in seconds."""
-    seconds, micros = client.time()
-    return float(seconds) + float(micros) / 1e6
+from tests._wait import until
+from tests.coordination._helpers import Recording, leave_room, server_now
 
 
 def expected_bucket(every: str, ts: int) -> tuple[str, int]:
@@ -129,9 +125,7 @@ def test_context_manager_marks_only_on_success(store: Store, key: str) -> None:
 
 def test_numeric_bucket_rolls_over(store: Store, raw: redis.Redis, key: str) -> None:
     """With ``every=2`` the bucket is done until the next two-second bucket starts."""
-    left = 2 - server_now(raw) % 2
-    if left < 1:
-        time.sleep(left + 0.02)
+    leave_room(raw, 2, 1)
     period = Period(key, every=2, store=store)
     first = period.claim()
     assert first.due
@@ -150,9 +144,7 @@ def test_a_claim_still_held_on_the_last_bucket_does_not_hold_up_the_next(
     store: Store, raw: redis.Redis, key: str
 ) -> None:
     """A run still busy when its bucket ends leaves the next bucket free for another caller."""
-    left = 2 - server_now(raw) % 2
-    if left < 1:
-        time.sleep(left + 0.02)
+    leave_room(raw, 2, 1)
     slow = Period(key, every=2, wait=0, store=store).claim(owner="slow-run")
     assert slow.due
     time.sleep(2 - server_now(raw) % 2 + 0.02)  # the slow run goes on into the next bucket
@@ -235,33 +227,32 @@ def test_race_runs_the_work_once(store: Store, key: str) -> None:
 
 def wait_until_queued(raw: redis.Redis, period: Period, count: int) -> None:
     """Block until ``count`` waiters are queued on ``period`` (bounded; fails after 10 s)."""
-    deadline = time.monotonic() + 10
-    while raw.zcard(keys.period(period.key).waiters) < count:
-        assert time.monotonic() < deadline, "the waiter never queued"
-        time.sleep(0.005)
+    waiters = keys.period(period.key).waiters
+    until(lambda: raw.zcard(waiters) >= count, f"{count} waiter(s) queued", timeout=10)
 
 
 def test_waiter_becomes_due_when_the_claimant_fails(
     store: Store, raw: redis.Redis, key: str
 ) -> None:
-    """A caller waiting on a claim is woken by a failed release and becomes due itself."""
-    period = Period(key, every="day", wait=30, store=store)
-    held = period.claim()
+    """A caller waiting on a claim is woken by a failed release and becomes due itself (its
+    sleep on the wake list ends with the release's signal, not by timing out)."""
+    recording = Recording(store)
+    held = Period(key, every="day", wait=30, store=store).claim()
     outcome: list[PeriodClaim] = []
-    returned_at: list[float] = []
 
     def wait_for_claim() -> None:
-        outcome.append(period.claim())
-        returned_at.append(time.monotonic())
+        outcome.append(Period(key, every="day", wait=30, store=recording).claim())
 
     waiter = threading.Thread(target=wait_for_claim)
     waiter.start()
-    wait_until_queued(raw, period, 1)
-    released_at = time.monotonic()
+    wait_until_queued(raw, Period(key, every="day", store=store), 1)
     held.release(mark=False)
     waiter.join(timeout=30)
+    assert not waiter.is_alive()
     assert outcome[0].due
-    assert returned_at[0] - released_at < 1.5  # woken, not waiting out a 2 s sleep
+    calls = recording.of(waiter)
+    assert [method for method, _ in calls[-2:]] == ["wait_for_handoff", "period_claim"]
+    assert calls[-2][1] is not None, f"not woken by the release: {calls}"  # not a timed-out sleep
     outcome[0].release(mark=True)
 
 
@@ -281,15 +272,15 @@ def test_waiter_is_not_due_when_the_claimant_succeeds(
 
 
 def test_wait_exhausted_raises(store: Store, key: str) -> None:
-    """A claim held by another owner for the whole ``wait`` raises CoordinationError."""
+    """A claim held by another owner for the whole ``wait`` raises PeriodBusyError."""
     held = Period(key, every="day", store=store).claim()
     started = time.monotonic()
-    with pytest.raises(CoordinationError) as caught:
+    with pytest.raises(PeriodBusyError) as caught:
         Period(key, every="day", wait=0.3, store=store).claim()
     assert 0.25 < time.monotonic() - started < 5
     assert caught.value.primitive == "period"
     assert caught.value.key == key
-    with pytest.raises(CoordinationError):
+    with pytest.raises(PeriodBusyError):
         Period(key, every="day", wait=0, store=store).claim()
     held.release(mark=False)
 
@@ -302,10 +293,10 @@ def test_reentrant_claim_by_the_same_owner(store: Store, key: str) -> None:
     assert outer.due
     assert inner.due
     assert inner.bucket == outer.bucket
-    with pytest.raises(CoordinationError):
+    with pytest.raises(PeriodBusyError):
         period.claim(owner="run-2")
     inner.release(mark=False)
-    with pytest.raises(CoordinationError):
+    with pytest.raises(PeriodBusyError):
         period.claim(owner="run-2")
     outer.release(mark=True)
     assert not period.claim(owner="run-2").due
@@ -317,7 +308,7 @@ def test_claim_is_kept_alive_past_its_lease(store: Store, raw: redis.Redis, key:
     claim = period.claim()
     time.sleep(1.5)  # hold the claim longer than its lease
     assert raw.pttl(keys.period_claim(key, claim.bucket)) > 0
-    with pytest.raises(CoordinationError):
+    with pytest.raises(PeriodBusyError):
         period.claim()
     claim.release(mark=False)
     assert not raw.exists(keys.period_claim(key, claim.bucket))

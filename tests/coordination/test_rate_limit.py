@@ -5,44 +5,20 @@ from __future__ import annotations
 import multiprocessing
 import threading
 import time
-import uuid
-from collections.abc import Callable
-from typing import Any, TypeVar
+import types
+from typing import Any
 
 import pytest
 import redis
 
 from py_reactor import configure
+from py_reactor.coordination import rate_limit as rate_limit_module
 from py_reactor.coordination.rate_limit import RateLimit
 from py_reactor.coordination.store import Store
 from py_reactor.errors import CoordinationError, DefinitionError, RateLimitExceededError
 from py_reactor.storage import keys
 from tests._redis import PrivateRedis
-
-T = TypeVar("T")
-
-
-def server_now(client: redis.Redis) -> float:
-    """The server's clock, in seconds."""
-    seconds, micros = client.time()
-    return float(seconds) + float(micros) / 1e6
-
-
-def leave_room(client: redis.Redis, window: int, seconds: float) -> None:
-    """Sleep into the next window if fewer than ``seconds`` are left in the current one."""
-    left = window - server_now(client) % window
-    if left < seconds:
-        time.sleep(left + 0.02)
-
-
-def in_one_window(client: redis.Redis, window: int, body: Callable[[str], T]) -> T:
-    """Run ``body(fresh key)`` until one run starts and ends in the same ``window``."""
-    for _ in range(3):
-        before = int(server_now(client) // window)
-        result = body(f"test-{uuid.uuid4().hex[:12]}")
-        if int(server_now(client) // window) == before:
-            return result
-    pytest.fail(f"three runs in a row crossed a {window}-second window boundary")
+from tests.coordination._helpers import Recording, in_one_window, leave_room, server_now
 
 
 def test_admits_limit_then_refuses_with_retry_after(
@@ -174,29 +150,43 @@ def test_construction_does_not_connect() -> None:
     assert "1/second" in repr(limit)
 
 
-def test_wait_sleeps_until_the_window_rolls(store: Store, key: str) -> None:
-    """With ``wait`` a full window is slept through and the call is then admitted."""
+def test_wait_sleeps_until_the_window_rolls(store: Store, raw: redis.Redis, key: str) -> None:
+    """With ``wait`` the rest of a full window is slept through and the call is then admitted
+    in the next window (the first call leaves at least 0.6 s of its window, on the server's
+    clock, which the second must sleep out)."""
+    leave_room(raw, 1, 0.6)
     limit = RateLimit(key, limit=1, period=1, wait=5, store=store)
     limit.acquire()
+    first = server_now(raw)
+    left = 1 - first % 1
     started = time.monotonic()
     limit.acquire()
-    assert time.monotonic() - started < 3
-    assert limit.usage() == {1: 1}
+    waited = time.monotonic() - started
+    assert int(server_now(raw)) > int(first)  # admitted in a later window
+    assert waited >= left - 0.05
+    assert waited < 3
 
 
-def test_wait_shorter_than_retry_after_raises_at_once(store: Store, raw: redis.Redis) -> None:
-    """A ``wait`` shorter than retry_after raises without sleeping."""
+def test_wait_shorter_than_retry_after_raises_at_once(
+    store: Store, raw: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ``wait`` shorter than retry_after raises without sleeping: the refused call is one
+    acquire, and the limit never sleeps."""
+    slept: list[float] = []
+    clock = types.SimpleNamespace(monotonic=time.monotonic, sleep=slept.append)
+    monkeypatch.setattr(rate_limit_module, "time", clock)  # this module's sleeps only
 
-    def body(key: str) -> float:
-        limit = RateLimit(key, limit=1, period="hour", wait=0.5, store=store)
+    def body(key: str) -> list[str]:
+        recording = Recording(store)
+        limit = RateLimit(key, limit=1, period="hour", wait=0.5, store=recording)
         limit.acquire()
-        started = time.monotonic()
-        with pytest.raises(RateLimitExceededError) as caught:
+        with pytest.raises(RateLimitExceededError, match=r"waited up to 0\.5 s") as caught:
             limit.acquire()
         assert caught.value.retry_after > 0.5
-        return time.monotonic() - started
+        return [method for _, method, _ in recording.log]
 
-    assert in_one_window(raw, 3600, body) < 0.4
+    assert in_one_window(raw, 3600, body) == ["rate_limit_acquire", "rate_limit_acquire"]
+    assert slept == []
 
 
 def test_context_manager_counts_on_entry(store: Store, raw: redis.Redis, key: str) -> None:

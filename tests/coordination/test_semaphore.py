@@ -7,54 +7,32 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
-import redis
 
 from py_reactor import configure
-from py_reactor.config import get_config
 from py_reactor.coordination import Semaphore, SemaphoreHold, SemaphoreState
 from py_reactor.coordination.store import Store, WaitTicket
 from py_reactor.errors import DefinitionError, SemaphoreAcquisitionError
+from tests._overlap import OverlapRecorder
 from tests._redis import PrivateRedis
-from tests.coordination._helpers import StoreProxy, WakeMissed, client_commands, sha, until
+from tests._wait import until
+from tests.coordination._helpers import (
+    Recording,
+    StoreProxy,
+    WakeMissed,
+    client_commands,
+    in_thread,
+    join_all,
+    sha,
+    store_settings,
+)
 
 SPAWN = multiprocessing.get_context("spawn")
 
 
 # ----------------------------------------------------------------------------- helpers
-
-
-def _settings() -> dict[str, Any]:
-    """The current store settings, for a spawned child to configure itself the same way."""
-    config = get_config()
-    settings = {"redis_url": config.redis_url, "embedded_dir": config.embedded_dir}
-    return {name: value for name, value in settings.items() if value is not None}
-
-
-def _in_thread(target: Callable[[], Any]) -> tuple[threading.Thread, dict[str, Any]]:
-    """Run ``target`` in a started thread; the dict receives its ``result`` or ``error``."""
-    box: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            box["result"] = target()
-        except BaseException as exc:
-            box["error"] = exc
-        box["at"] = time.monotonic()
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread, box
-
-
-def _join(threads: Sequence[threading.Thread], timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    for thread in threads:
-        thread.join(max(0.0, deadline - time.monotonic()))
-        assert not thread.is_alive(), "a thread did not finish"
 
 
 def _hold_slot_until_killed(settings: dict[str, Any], key: str, lease: float, ready: Any) -> None:
@@ -90,30 +68,25 @@ def test_limit_admits_that_many_owners_and_refuses_one_more(store: Store, key: s
     assert semaphore.state() == SemaphoreState(held=0, waiters=0)
 
 
-def test_contenders_never_exceed_the_limit(store: Store, raw: redis.Redis, key: str) -> None:
+def test_contenders_never_exceed_the_limit(store: Store, redis_url: str, key: str) -> None:
     """Nine threads competing for three slots never have more than three inside, and all finish."""
-    limit, counters = 3, f"{key}:counters"
-    most = [0]
-    guard = threading.Lock()
+    limit = 3
+    inside = OverlapRecorder(redis_url, f"semaphore:{key}")
 
     def worker() -> None:
         for _ in range(15):
-            with Semaphore(key, limit=limit, wait=30):
-                inside = raw.incr(f"{counters}:inside")
-                with guard:
-                    most[0] = max(most[0], inside)
-                if inside > limit:
-                    raw.incr(f"{counters}:overflows")
+            with (
+                Semaphore(key, limit=limit, wait=30),
+                inside.inside(threading.current_thread().name),
+            ):
                 time.sleep(0.002)  # the work: long enough for holders to coincide
-                raw.decr(f"{counters}:inside")
-                raw.incr(f"{counters}:done")
 
-    boxes = [_in_thread(worker) for _ in range(3 * limit)]
-    _join([thread for thread, _ in boxes])
+    boxes = [in_thread(worker) for _ in range(3 * limit)]
+    join_all([thread for thread, _ in boxes])
     assert [box.get("error") for _, box in boxes] == [None] * (3 * limit)
-    assert int(raw.get(f"{counters}:overflows") or 0) == 0
-    assert int(raw.get(f"{counters}:done") or 0) == 9 * 15
-    assert 2 <= most[0] <= limit  # a semaphore, not a lock
+    assert inside.entries == 9 * 15
+    assert 2 <= inside.max_concurrency <= limit  # a semaphore, not a lock
+    assert inside.replayed_max() == inside.max_concurrency
     assert Semaphore(key, limit=limit).state() == SemaphoreState(held=0, waiters=0)
 
 
@@ -133,18 +106,22 @@ def test_same_owner_reenters_its_own_slot(store: Store, key: str) -> None:
 
 
 def test_a_waiter_is_handed_a_freed_slot_promptly(store: Store, key: str) -> None:
-    """A waiter gets the slot within a fraction of a second of a release."""
+    """A waiter is handed the slot by the release (its sleep on the wake list returns it; it
+    does not find the slot free by asking again)."""
+    recording = Recording(store)
     semaphore = Semaphore(key, limit=1)
     holder = semaphore.acquire()
-    thread, box = _in_thread(lambda: Semaphore(key, limit=1, wait=5).acquire())
+    thread, box = in_thread(lambda: Semaphore(key, limit=1, wait=5, store=recording).acquire())
     until(lambda: semaphore.state().waiters == 1, "the waiter to queue")
-    released_at = time.monotonic()
     holder.release()
-    _join([thread])
+    join_all([thread])
     assert "error" not in box, box.get("error")
     waiter: SemaphoreHold = box["result"]
     try:
-        assert box["at"] - released_at < 0.5  # handed off, not found by polling
+        calls = recording.of(thread)
+        assert calls[0][0] == "semaphore_acquire"
+        assert calls[-1][0] == "wait_for_handoff"
+        assert calls[-1][1] is not None  # handed off, not found by polling
         assert semaphore.state() == SemaphoreState(held=1, waiters=0)
         with pytest.raises(SemaphoreAcquisitionError):
             Semaphore(key, limit=1).acquire()
@@ -185,7 +162,7 @@ def test_waiters_are_served_in_arrival_order(store: Store, key: str) -> None:
         queued = number + 1
         until(lambda: semaphore.state().waiters == queued, f"waiter {number} to queue")
     holder.release()
-    _join(threads)
+    join_all(threads)
     assert order == [0, 1, 2, 3]
 
 
@@ -194,11 +171,11 @@ def test_state_counts_holders_and_waiters(store: Store, key: str) -> None:
     semaphore = Semaphore(key, limit=2)
     assert semaphore.state() == SemaphoreState(held=0, waiters=0)
     first, second = semaphore.acquire(), semaphore.acquire()
-    thread, box = _in_thread(lambda: Semaphore(key, limit=2, wait=5).acquire())
+    thread, box = in_thread(lambda: Semaphore(key, limit=2, wait=5).acquire())
     until(lambda: semaphore.state().waiters == 1, "the waiter to queue")
     assert semaphore.state() == SemaphoreState(held=2, waiters=1)
     first.release()
-    _join([thread])
+    join_all([thread])
     assert semaphore.state() == SemaphoreState(held=2, waiters=0)
     second.release()
     box["result"].release()
@@ -237,7 +214,7 @@ def test_a_release_during_a_waiters_timed_out_sleep_still_hands_it_one_slot(
 def test_a_killed_holder_gives_its_slot_back_after_its_lease(store: Store, key: str) -> None:
     """A holder killed with SIGKILL stops renewing and its slot frees about one lease later."""
     ready = SPAWN.Event()
-    child = SPAWN.Process(target=_hold_slot_until_killed, args=(_settings(), key, 0.5, ready))
+    child = SPAWN.Process(target=_hold_slot_until_killed, args=(store_settings(), key, 0.5, ready))
     child.start()
     try:
         assert ready.wait(30), "the child never took the slot"
@@ -317,10 +294,10 @@ def test_two_waiters_of_one_owner_give_the_slot_back_after_both_release(
     threads = [threading.Thread(target=wait_and_hold, args=(name,)) for name in ("T1", "T2")]
     for number, thread in enumerate(threads, start=1):
         thread.start()
-        deadline = time.monotonic() + 10
-        while Semaphore(key, limit=1).state().waiters < number:
-            assert time.monotonic() < deadline, f"{number} waiter(s) never queued"
-            time.sleep(0.005)
+        until(
+            lambda n=number: Semaphore(key, limit=1).state().waiters >= n,
+            f"{number} waiter(s) queued",
+        )
     blocker.release()
     for thread in threads:
         thread.join(15)
@@ -330,35 +307,36 @@ def test_two_waiters_of_one_owner_give_the_slot_back_after_both_release(
 
 
 def test_a_freed_slot_skips_a_waiter_whose_owner_already_holds_one(store: Store, key: str) -> None:
-    """A release hands its slot on past a queued waiter of an owner that already holds one."""
+    """A release hands its slot on past a queued waiter of an owner that already holds one:
+    C's sleep on the wake list ends with the slot Y's release handed on."""
+    recording = Recording(store)
     x = Semaphore(key, limit=2, owner="X").acquire()
     y = Semaphore(key, limit=2, owner="Y").acquire()
     got: dict[str, float] = {}
 
     def wait_for_slot(name: str, owner: str) -> None:
-        with Semaphore(key, limit=2, wait=10, owner=owner):
+        with Semaphore(key, limit=2, wait=10, owner=owner, store=recording):
             got[name] = time.monotonic()
             time.sleep(0.8)
 
-    threads = []
+    threads: dict[str, threading.Thread] = {}
     for number, (name, owner) in enumerate([("A", "O"), ("B", "O"), ("C", "Z")], start=1):
         thread = threading.Thread(target=wait_for_slot, args=(name, owner))
         thread.start()
-        threads.append(thread)
-        deadline = time.monotonic() + 10
-        while Semaphore(key, limit=2).state().waiters < number:
-            assert time.monotonic() < deadline, f"{name} never queued"
-            time.sleep(0.005)
+        threads[name] = thread
+        until(lambda n=number: Semaphore(key, limit=2).state().waiters >= n, f"{name} queued")
     x.release()  # handed to A: owner O now holds a slot
-    deadline = time.monotonic() + 10
-    while "A" not in got:
-        assert time.monotonic() < deadline, "A never got its slot"
-        time.sleep(0.005)
+    until(lambda: "A" in got, "A got its slot")
     released = time.monotonic()
     y.release()  # B's owner O already holds one: this slot must go on to C
-    for thread in threads:
+    for thread in threads.values():
         thread.join(15)
-    assert got["C"] - released < 0.5, "the freed slot was not handed on to C"
+        assert not thread.is_alive()
+    assert got["C"] >= released
+    calls = recording.of(threads["C"])
+    taking = calls[: [method for method, _ in calls].index("semaphore_release")]
+    assert taking[-1][0] == "wait_for_handoff"
+    assert taking[-1][1] is not None, f"the freed slot was not handed on to C: {taking}"
 
 
 class _SlowToRetry(StoreProxy):
