@@ -19,7 +19,10 @@ from py_reactor import (
 )
 from py_reactor.errors import LockAcquisitionError, SemaphoreAcquisitionError, StoreUnavailableError
 from py_reactor.observability import events as ev
-from tests._redis import free_port
+from py_reactor.storage import current_store
+from tests._redis import PrivateRedis, free_port
+from tests._wait import until
+from tests.coordination._helpers import client_commands, sha
 from tests.engine.coordination._helpers import (
     Daily,
     Guarded,
@@ -30,7 +33,6 @@ from tests.engine.coordination._helpers import (
     by_key,
     ran,
     recorder,
-    wait_until,
 )
 
 
@@ -79,14 +81,27 @@ def test_a_busy_lock_fails_the_run_after_waiting(key: str) -> None:
     assert rec.of(ev.LockReleased) == []
 
 
-def test_a_lock_freed_during_the_wait_is_handed_to_the_run(key: str) -> None:
-    """A run waiting for a busy lock gets it as soon as the holder releases, and runs."""
+def test_a_lock_freed_during_the_wait_is_handed_to_the_run(
+    key: str, private_redis: PrivateRedis
+) -> None:
+    """A run waiting for a busy lock is handed it by the holder's release, and runs: it sends
+    one acquire (which queues it) and one BLPOP, and never tries the key again."""
     hold = Lock(key).acquire()
-    with ThreadPoolExecutor(1) as pool:
-        future = pool.submit(LockedLongWait.run, key=key)
-        wait_until(lambda: Lock(key).state().waiters == 1)
-        hold.release()
-        outcome = future.result(timeout=10)
+    outcomes: list[object] = []
+
+    def wait_and_get_handed() -> None:
+        with ThreadPoolExecutor(1) as pool:
+            future = pool.submit(LockedLongWait.run, key=key)
+            until(lambda: Lock(key).state().waiters == 1, "the run queued on the lock")
+            time.sleep(0.05)  # its BLPOP is sent
+            hold.release()
+            outcomes.append(future.result(timeout=10))
+
+    sent, _ = client_commands(private_redis.url, current_store(), key, wait_and_get_handed)
+    acquires = [c for c in sent if c.split()[:2] == ["EVALSHA", sha("lock_acquire")]]
+    blocks = [c for c in sent if c.startswith("BLPOP")]
+    assert (len(acquires), len(blocks)) == (1, 1), sent
+    (outcome,) = outcomes
     assert outcome.is_success, outcome
     assert ran == [key]
 

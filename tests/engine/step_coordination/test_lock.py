@@ -515,15 +515,12 @@ def test_a_guard_refused_step_takes_nothing(
     rec = recorder()
     outside = Lock(lock_key).acquire()
     try:
-        started = time.monotonic()
         outcome = PickyFlow.run(ns=key, account_id=1, verdict=verdict)
-        elapsed = time.monotonic() - started
         assert Lock(lock_key).state().owner == outside.owner
     finally:
         outside.release()
     assert outcome.status == status, outcome
     assert not isinstance(outcome.error, LockAcquisitionError)
-    assert elapsed < 2  # the step's lock waits 5 s: it was never asked for
     assert world.ran == []
     assert rec.of(ev.LockAcquired) == []
     assert rec.of(ev.LockAcquisitionFailed) == []
@@ -659,7 +656,8 @@ def test_contention_fails_the_step_once_and_rolls_back_the_earlier_ones(
     assert outcome.step_name == "charge"
     assert world.ran == ["prepare"]
     assert world.rolled_back == ["undo prepare"]
-    assert 0.2 <= elapsed < 2  # one wait of 0.2 s, not three
+    assert elapsed >= 0.2  # it waited out its 0.2 s
+    assert len(rec.of(ev.LockAcquisitionFailed)) == 1  # one wait, not three
     assert [e.step for e in rec.of(ev.StepStarted)] == ["prepare"]  # charge's work never did
     assert [e.step for e in rec.of(ev.StepFailed)] == ["charge"]
     assert rec.of(ev.StepRetried) == []

@@ -167,12 +167,11 @@ def run_two(reactor: type[Reactor], key: str, lock_on: Callable[[str], str]) -> 
 
 def test_only_the_locked_step_serializes(world: World, key: str) -> None:
     """Two runs on one key: steps 1, 2, 4..8 overlap, step 3 never does; far from serialized."""
-    elapsed = run_two(EightSteps, key, lambda who: "shared")
+    run_two(EightSteps, key, lambda who: "shared")
     concurrency = by_step(world.overlap.events)
     assert concurrency == {n: 1 if n == 3 else 2 for n in STEPS}, concurrency
     assert world.overlap.entries == 16
     assert world.overlap.max_concurrency == 2
-    assert elapsed < 0.75 * SERIALIZED, elapsed
 
 
 def test_with_different_keys_the_locked_step_overlaps_too(world: World, key: str) -> None:
