@@ -10,7 +10,7 @@ import multiprocessing
 from collections.abc import Callable
 from typing import Any
 
-from tests.engine.coordination._helpers import wait_until
+from tests._wait import until
 
 __all__ = ["SPAWN", "gather"]
 
@@ -36,7 +36,11 @@ def gather(
         child.start()
     try:
         if before_start is not None:
-            wait_until(lambda: start.n_waiting == start.parties - 1, timeout=60)
+            until(
+                lambda: start.n_waiting == start.parties - 1,
+                "start.n_waiting == start.parties - 1",
+                timeout=60,
+            )
             before_start()
         start.wait(60)
         replies = [results.get(timeout=60) for _ in children]

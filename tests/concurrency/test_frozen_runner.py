@@ -15,8 +15,7 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TypeVar
 
@@ -28,7 +27,7 @@ import py_reactor.transport.threads
 import py_reactor.workers
 from py_reactor import DispatchedResult, Lock, SuccessResult, configure, find
 from tests._overlap import OverlapRecorder
-from tests._redis import PrivateRedis
+from tests._wait import until
 from tests.concurrency import _frozen_reactors as fr
 
 T = TypeVar("T")
@@ -50,24 +49,6 @@ def _no_worker(
     monkeypatch.setattr(py_reactor.transport.threads, "ensure_worker", lambda: None)
     yield
     py_reactor.workers.stop()
-
-
-@pytest.fixture
-def raw(private_redis: PrivateRedis) -> redis.Redis:
-    """A plain client of the private server (decoded strings)."""
-    return private_redis.client()
-
-
-def poll(probe: Callable[[], T | None], what: str, timeout: float = 30.0) -> T:
-    """The first truthy value ``probe()`` returns, polled until ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not reached within {timeout:g} s")
-        time.sleep(0.01)
 
 
 def worker(url: str) -> subprocess.Popen[bytes]:
@@ -113,19 +94,19 @@ def test_a_runner_stopped_past_its_lease_never_lets_a_third_run_into_the_lock(
     try:
         first = dispatch(key)
         a = fr.label(first, w1.pid)
-        poll(lambda: recorder.events == [("enter", a)] or w1.poll() is not None, "A inside")
+        until(lambda: recorder.events == [("enter", a)] or w1.poll() is not None, "A inside")
         assert w1.poll() is None, w1.communicate(timeout=10)[1].decode()
         os.kill(w1.pid, signal.SIGSTOP)
 
         w2 = worker(redis_url)  # recovers the execution once A's lease has lapsed
         b = fr.label(first, w2.pid)
-        poll(lambda: len(recorder.events) >= 2, "the recovered run inside", timeout=60)
+        until(lambda: len(recorder.events) >= 2, "the recovered run inside", timeout=60)
         assert recorder.events == [("enter", a), ("enter", b)]
         both = Lock(key).state()  # A is stopped inside, B runs inside: two levels
 
         raw.set(f"{key}:{first}:go:1", "1")  # A may leave once it wakes
         os.kill(w1.pid, signal.SIGCONT)
-        poll(lambda: raw.lrange(f"{key}:released", 0, -1), "A releasing its level")
+        until(lambda: raw.lrange(f"{key}:released", 0, -1), "A releasing its level")
         assert raw.lrange(f"{key}:released", 0, -1) == [f"{a}|lost=False"]
         assert recorder.events == [("enter", a), ("enter", b), ("leave", a)]
         after_a = Lock(key).state()  # B is still inside
@@ -138,7 +119,7 @@ def test_a_runner_stopped_past_its_lease_never_lets_a_third_run_into_the_lock(
             waiting = found is not None and found.status == "waiting"
             return waiting or any(who.startswith(third) for _, who in recorder.events)
 
-        poll(parked_or_inside, "C parking on the lock, or entering it")
+        until(parked_or_inside, "C parking on the lock, or entering it")
         while_b = find(third)
         raw.set(f"{key}:{first}:go:2", "1")  # B leaves
         assert isinstance(py_reactor.workers.wait(first, timeout=30), SuccessResult)

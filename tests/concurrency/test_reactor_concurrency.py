@@ -23,9 +23,9 @@ from py_reactor import Lock, Step, configure
 from py_reactor.coordination.ordered_lock import OrderedLock
 from tests._holds import ordered_position
 from tests._overlap import OverlapRecorder
-from tests._redis import PrivateRedis
 from tests.concurrency import _reactors as r
 from tests.concurrency._spawn import SPAWN, gather
+from tests.engine.coordination._helpers import fresh_window
 
 
 @pytest.fixture(autouse=True)
@@ -40,24 +40,6 @@ def _server(_default_settings: None, redis_url: str) -> Iterator[None]:
 def overlap(redis_url: str, key: str) -> OverlapRecorder:
     """A recorder of its own for this test."""
     return OverlapRecorder(redis_url, f"{key}-rec")
-
-
-@pytest.fixture
-def raw(private_redis: PrivateRedis) -> redis.Redis:
-    """A plain client of the private server (for its clock)."""
-    return private_redis.client()
-
-
-def fresh_window(client: redis.Redis, seconds: int = 60, margin: float = 10.0) -> None:
-    """Make sure the next ``margin`` seconds stay inside one ``seconds`` window (server clock).
-
-    Rate-limit windows are aligned on the server's clock; a burst counted against one window
-    must not straddle a boundary. This waits out the end of a window, it synchronizes nothing.
-    """
-    sec, usec = client.time()
-    into = sec % seconds + usec / 1e6
-    if seconds - into < margin:
-        time.sleep(seconds - into + 0.05)
 
 
 def run_processes(
@@ -219,7 +201,7 @@ def test_a_rate_limit_admits_exactly_limit_runs_across_processes(
         overlap.name,
         processes=4,
         runs=10,
-        before_start=lambda: fresh_window(raw),
+        before_start=lambda: fresh_window(raw, margin=10),
     )
     assert len(outcomes) == 40
     assert outcomes.count(("completed", None)) == 7

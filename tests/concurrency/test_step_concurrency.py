@@ -19,7 +19,6 @@ import redis
 
 from py_reactor import Lock, Period, Semaphore, configure
 from tests._overlap import OverlapRecorder
-from tests._redis import PrivateRedis
 from tests.concurrency import _step_reactors as sr
 from tests.concurrency._spawn import SPAWN, gather
 from tests.engine.coordination._helpers import fresh_window, lock_is_free
@@ -37,12 +36,6 @@ def _server(_default_settings: None, redis_url: str) -> None:
 def name() -> str:
     """The prefix of this test's recorders (``<name>-<step>``)."""
     return f"rec-{uuid.uuid4().hex[:12]}"
-
-
-@pytest.fixture
-def raw(private_redis: PrivateRedis) -> redis.Redis:
-    """A plain client of the private server (for its clock)."""
-    return private_redis.client()
 
 
 def inside(url: str, name: str, step: str) -> OverlapRecorder:

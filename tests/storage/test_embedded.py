@@ -9,7 +9,7 @@ import shutil
 import signal
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from py_reactor.storage import current_store
 from py_reactor.storage.embedded import embedded_store, stop_embedded
 from py_reactor.storage.redis import RedisStore
 from tests._redis import PrivateRedis
+from tests._wait import until
 
 SPAWN = multiprocessing.get_context("spawn")
 
@@ -42,17 +43,8 @@ def folder() -> Iterator[str]:
         workers.stop(wait=True)
         for pid in _servers_in(path):  # by signal: cleanup must not depend on the code under test
             os.kill(pid, signal.SIGTERM)
-        _until(lambda: not _servers_in(path), "the folder's server to exit")
+        until(lambda: not _servers_in(path), "the folder's server to exit")
         shutil.rmtree(path, ignore_errors=True)
-
-
-def _until(condition: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
-    """Block until ``condition()`` holds (process state has no event to wait on)."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.005)
 
 
 def _servers_in(folder: str) -> list[int]:
@@ -161,8 +153,8 @@ def test_two_processes_share_one_server(folder: str, key: str) -> None:
 
 
 def test_stop_embedded_stops_the_server_promptly_once(folder: str) -> None:
-    """``stop_embedded`` stops a running server within a second or two and returns True, then
-    returns False."""
+    """``stop_embedded`` stops a running server promptly (a few seconds at most on a loaded
+    machine: it does not hang) and returns True, then returns False."""
     store = embedded_store(folder)
     pid = _server_pid(store)
     store.client.close()
@@ -170,20 +162,20 @@ def test_stop_embedded_stops_the_server_promptly_once(folder: str) -> None:
     started = time.monotonic()
     assert stop_embedded(folder) is True
     took = time.monotonic() - started
-    _until(lambda: not _servers_in(folder), "the server to exit")
+    until(lambda: not _servers_in(folder), "the server to exit")
     assert not (Path(folder) / "redis.sock").exists()
     assert stop_embedded(folder) is False
-    assert took < 2.0, f"stop_embedded took {took:.1f} s to stop a local server"
+    assert took < 5.0, f"stop_embedded took {took:.1f} s to stop a local server"
 
 
 def test_a_killed_server_is_promptly_started_again_on_next_use(folder: str, key: str) -> None:
-    """A server that died leaving its socket behind is replaced, within a second or two, when
-    a process next needs the store."""
+    """A server that died leaving its socket behind is replaced when a process next needs the
+    store, within a few seconds (well inside the 10 s start timeout: it does not sit it out)."""
     first = embedded_store(folder)
     pid = _server_pid(first)
     first.client.close()
     os.kill(pid, signal.SIGKILL)
-    _until(lambda: not _servers_in(folder), "the server to die")
+    until(lambda: not _servers_in(folder), "the server to die")
     assert (Path(folder) / "redis.sock").exists()  # left behind by the kill
     configure(embedded_dir=folder)
     started = time.monotonic()
@@ -191,7 +183,7 @@ def test_a_killed_server_is_promptly_started_again_on_next_use(folder: str, key:
         took = time.monotonic() - started
         assert _server_pid(current_store()) != pid
         assert len(_servers_in(folder)) == 1
-    assert took < 2.0, f"replacing a dead local server took {took:.1f} s"
+    assert took < 5.0, f"replacing a dead local server took {took:.1f} s"
 
 
 def test_a_process_recovers_when_its_embedded_server_is_stopped(folder: str, key: str) -> None:
@@ -203,7 +195,7 @@ def test_a_process_recovers_when_its_embedded_server_is_stopped(folder: str, key
     Lock(key).acquire().release()
     for pid in _servers_in(folder):  # stopped from outside this process
         os.kill(pid, signal.SIGTERM)
-    _until(lambda: not _servers_in(folder), "the server to exit")
+    until(lambda: not _servers_in(folder), "the server to exit")
     with Lock(key) as hold:
         assert Lock(key).state().owner == hold.owner
     assert len(_servers_in(folder)) == 1
@@ -258,7 +250,7 @@ def test_what_the_server_holds_survives_its_own_kill(folder: str, key: str) -> N
     time.sleep(1.5)  # the everysec fsync has run
     first.client.close()
     os.kill(pid, signal.SIGKILL)
-    _until(lambda: not _servers_in(folder), "the server to die")
+    until(lambda: not _servers_in(folder), "the server to die")
     configure(embedded_dir=folder)
     again = current_store()
     assert isinstance(again, RedisStore)

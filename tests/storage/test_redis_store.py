@@ -53,9 +53,9 @@ def test_a_closed_port_makes_lock_acquire_raise_store_unavailable(key: str) -> N
     configure(redis_url=url)
     started = time.monotonic()
     with pytest.raises(StoreUnavailableError) as caught:
-        Lock(key, wait=5).acquire()
+        Lock(key, wait=60).acquire()
     assert url in str(caught.value)
-    assert time.monotonic() - started < 3.0  # fails fast, does not sit out the wait
+    assert time.monotonic() - started < 10.0  # fails fast, does not sit out the 60 s wait
     assert not isinstance(caught.value, LockAcquisitionError)
 
 

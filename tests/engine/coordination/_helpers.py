@@ -87,15 +87,6 @@ def fresh_window(client: redis.Redis, seconds: int = 60, margin: float = 5.0) ->
         time.sleep(seconds - into + 0.05)
 
 
-def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    """Poll store state until ``condition()`` holds (the waiter inside the library is opaque)."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached within the timeout")
-        time.sleep(0.005)
-
-
 def lock_is_free(key: str) -> bool:
     """Whether another owner can take lock ``key`` at once (it is then released again)."""
     try:

@@ -5,10 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-import redis
 
 from py_reactor import configure
-from tests._redis import PrivateRedis
 from tests.engine.coordination._helpers import BEHAVIOUR, ran
 
 
@@ -21,9 +19,3 @@ def _server(_default_settings: None, redis_url: str) -> Iterator[None]:
     yield
     ran.clear()
     BEHAVIOUR.clear()
-
-
-@pytest.fixture
-def raw(private_redis: PrivateRedis) -> redis.Redis:
-    """A plain client of the private server, for reading state and the server's clock."""
-    return private_redis.client()

@@ -30,6 +30,7 @@ from py_reactor.errors import (
 from py_reactor.observability import events as ev
 from py_reactor.storage import keys
 from tests._holds import ordered_position, ordered_positions
+from tests._wait import until
 from tests.engine.coordination._helpers import (
     BEHAVIOUR,
     FourPrimitives,
@@ -43,7 +44,6 @@ from tests.engine.coordination._helpers import (
     ran,
     recorder,
     semaphore_is_free,
-    wait_until,
 )
 
 
@@ -198,7 +198,7 @@ def test_the_period_is_checked_again_under_the_lock(key: str) -> None:
     hold = Lock(key).acquire()
     with ThreadPoolExecutor(1) as pool:
         future = pool.submit(LockedDaily.run, key=key)
-        wait_until(lambda: Lock(key).state().waiters == 1)
+        until(lambda: Lock(key).state().waiters == 1, "Lock(key).state().waiters == 1")
         claim = Period(key, every="day").claim()
         assert claim.due
         claim.release(mark=True)
@@ -223,7 +223,7 @@ def test_the_ordered_lock_gate_comes_before_the_lock(key: str, raw: redis.Redis)
     first = sequence.take_position()
     with ThreadPoolExecutor(1) as pool:
         future = pool.submit(reactor.run, key=key)
-        wait_until(lambda: ordered_issued(raw, key) == 2)
+        until(lambda: ordered_issued(raw, key) == 2, "ordered_issued(raw, key) == 2")
         assert Lock(key).state().owner is None
         assert ran == []
         turn = sequence.wait_turn(first)

@@ -8,7 +8,8 @@ from concurrent.futures import ThreadPoolExecutor
 import redis
 
 from py_reactor import FailureResult, HaltedResult, SuccessResult
-from tests.engine.coordination._helpers import ordered_issued, ordered_reactors, ran, wait_until
+from tests._wait import until
+from tests.engine.coordination._helpers import ordered_issued, ordered_reactors, ran
 
 
 def test_a_strict_ordered_lock_halts_later_positions_after_a_failure(
@@ -22,9 +23,9 @@ def test_a_strict_ordered_lock_halts_later_positions_after_a_failure(
     gate = sequence.take_position()  # the test holds position 1, so the runs queue behind it
     with ThreadPoolExecutor(2) as pool:
         failing = pool.submit(reactor.run, key=key, mode="fail")
-        wait_until(lambda: ordered_issued(raw, key) == 2)
+        until(lambda: ordered_issued(raw, key) == 2, "ordered_issued(raw, key) == 2")
         later = pool.submit(reactor.run, key=key, mode="ok")
-        wait_until(lambda: ordered_issued(raw, key) == 3)
+        until(lambda: ordered_issued(raw, key) == 3, "ordered_issued(raw, key) == 3")
         assert ran == []
         turn = sequence.wait_turn(gate)
         assert not turn.short_circuit
@@ -48,9 +49,9 @@ def test_a_lenient_ordered_lock_lets_later_positions_run_after_a_failure(
     gate = sequence.take_position()
     with ThreadPoolExecutor(2) as pool:
         failing = pool.submit(reactor.run, key=key, mode="fail")
-        wait_until(lambda: ordered_issued(raw, key) == 2)
+        until(lambda: ordered_issued(raw, key) == 2, "ordered_issued(raw, key) == 2")
         later = pool.submit(reactor.run, key=key, mode="ok")
-        wait_until(lambda: ordered_issued(raw, key) == 3)
+        until(lambda: ordered_issued(raw, key) == 3, "ordered_issued(raw, key) == 3")
         sequence.wait_turn(gate).release(failed=False)
         failed = failing.result(timeout=10)
         succeeded = later.result(timeout=10)

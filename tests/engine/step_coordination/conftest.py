@@ -7,23 +7,15 @@ Every test runs against the session's private redis-server, with keys unique to 
 from __future__ import annotations
 
 import pytest
-import redis
 
 from py_reactor import configure
 from tests._overlap import OverlapRecorder
-from tests._redis import PrivateRedis
 
 
 @pytest.fixture(autouse=True)
 def _server(_default_settings: None, redis_url: str) -> None:
     """Point py_reactor at the private server (settings are restored after the test)."""
     configure(redis_url=redis_url)
-
-
-@pytest.fixture
-def raw(private_redis: PrivateRedis) -> redis.Redis:
-    """A plain client of the private server, for reading state and the server's clock."""
-    return private_redis.client()
 
 
 @pytest.fixture

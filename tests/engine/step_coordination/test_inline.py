@@ -39,7 +39,8 @@ from py_reactor.engine.results import Outcome
 from py_reactor.errors import DefinitionError, LockAcquisitionError
 from py_reactor.observability import events as ev
 from tests._overlap import OverlapRecorder
-from tests.engine.coordination._helpers import lock_is_free, recorder, wait_until
+from tests._wait import until
+from tests.engine.coordination._helpers import lock_is_free, recorder
 
 #: What the locked work does for a key before it returns (cleared around every test).
 BEHAVIOUR: dict[str, Callable[[str], Any]] = {}
@@ -278,7 +279,10 @@ def test_the_same_key_never_overlaps(
             if next(arrivals) % 2 == 0:
                 # The first of each pair stays in until the second is queued on the key (or, if
                 # the lock failed to exclude it, has come in: the overlap is then recorded).
-                wait_until(lambda: Lock(key).state().waiters >= 1 or overlap.current > 1)
+                until(
+                    lambda: Lock(key).state().waiters >= 1 or overlap.current > 1,
+                    "Lock(key).state().waiters >= 1 or overlap.current > 1",
+                )
 
     BEHAVIOUR[key] = serialize
     with ThreadPoolExecutor(2) as pool:

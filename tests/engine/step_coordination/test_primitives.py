@@ -44,7 +44,8 @@ from py_reactor.errors import CoordinationError, RateLimitExceededError
 from py_reactor.observability import events as ev
 from tests._holds import ordered_position
 from tests._overlap import OverlapRecorder
-from tests.engine.coordination._helpers import lock_is_free, recorder, wait_until
+from tests._wait import until
+from tests.engine.coordination._helpers import fresh_window, lock_is_free, recorder
 
 #: (key, step, label) of every step body that ran, in order (cleared around every test).
 ran: list[tuple[str, str, str]] = []
@@ -65,19 +66,6 @@ def _records() -> Iterator[None]:
     ran.clear()
     undone.clear()
     BEHAVIOUR.clear()
-
-
-def fresh_window(client: redis.Redis, seconds: int = 60, margin: float = 5.0) -> None:
-    """Make sure the next ``margin`` seconds stay inside one ``seconds`` window (server clock).
-
-    Rate-limit windows and period buckets are aligned on the server's clock; a test counting in
-    one of them must not straddle a boundary. This waits out the end of a window, it
-    synchronizes nothing.
-    """
-    sec, usec = client.time()
-    into = sec % seconds + usec / 1e6
-    if seconds - into < margin:
-        time.sleep(seconds - into + 0.05)
 
 
 def by_key(values: Mapping[str, Any]) -> str:
@@ -532,7 +520,9 @@ def test_a_run_skipped_by_the_period_recheck_under_the_lock_releases_the_lock(
         first = pool.submit(PeriodLockRun.run, key=key, label="A")
         assert a_inside.wait(timeout=10)
         second = pool.submit(PeriodLockRun.run, key=key, label="B")
-        wait_until(lambda: Lock(key).state().waiters == 1)  # B waits for the lock
+        until(
+            lambda: Lock(key).state().waiters == 1, "Lock(key).state().waiters == 1"
+        )  # B waits for the lock
         release_a.set()
         done, skipped = first.result(timeout=20), second.result(timeout=20)
     assert done.status == "completed", done
@@ -626,7 +616,7 @@ def _issued(sequence: str) -> int:
 
 def _wait_issued(sequence: str, count: int) -> None:
     """Wait until the ordered lock has handed out ``count`` positions in its current epoch."""
-    wait_until(lambda: _issued(sequence) == count)
+    until(lambda: _issued(sequence) == count, "_issued(sequence) == count")
 
 
 def test_ordered_step_bodies_pass_one_at_a_time_in_arrival_order(

@@ -37,7 +37,8 @@ from py_reactor import (
 from py_reactor.errors import LockAcquisitionError
 from py_reactor.observability import events as ev
 from tests._overlap import OverlapRecorder
-from tests.engine.coordination._helpers import lock_is_free, recorder, semaphore_is_free, wait_until
+from tests._wait import until
+from tests.engine.coordination._helpers import lock_is_free, recorder, semaphore_is_free
 
 #: What a step's body does for a key, after looking around (cleared around every test).
 BEHAVIOUR: dict[str, Callable[[Step], Any]] = {}
@@ -567,7 +568,10 @@ def test_executions_with_own_keys_serialize_on_a_shared_step_lock(
             if next(arrivals) == 0:
                 # Stay inside until the other execution is queued on the shared key (or, if
                 # the lock failed to exclude it, has come in: the overlap is then recorded).
-                wait_until(lambda: Lock(shared).state().waiters >= 1 or overlap.current > 1)
+                until(
+                    lambda: Lock(shared).state().waiters >= 1 or overlap.current > 1,
+                    "Lock(shared).state().waiters >= 1 or overlap.current > 1",
+                )
             return str(unit.inputs.key)
 
     BEHAVIOUR[shared] = serialize

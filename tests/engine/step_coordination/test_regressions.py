@@ -24,7 +24,8 @@ from py_reactor import (
 from py_reactor.coordination.ordered_lock import OrderedLock
 from py_reactor.engine.context import Context
 from py_reactor.engine.executor import execute
-from tests.engine.coordination._helpers import lock_is_free, wait_until
+from tests._wait import until
+from tests.engine.coordination._helpers import lock_is_free
 
 SENT: list[str] = []
 
@@ -268,7 +269,10 @@ class Debit(Step):
         LEDGER.append(f"{self.inputs.who} work")
         if self.inputs.who == "a":
             A_FAILING.set()
-            wait_until(lambda: Lock(self.inputs.key).state().waiters == 1)  # b is queued
+            until(
+                lambda: Lock(self.inputs.key).state().waiters == 1,
+                "Lock(self.inputs.key).state().waiters == 1",
+            )  # b is queued
             raise RuntimeError("half done")
         return "ok"
 
@@ -499,7 +503,7 @@ def test_the_kept_lock_is_extended_for_the_compensate(key: str) -> None:
     LEDGER.clear()
     with ThreadPoolExecutor(2) as pool:
         first = pool.submit(SlowToUndoFlow.run, key=key, who="a")
-        wait_until(lambda: Lock(key).state().count == 1)
+        until(lambda: Lock(key).state().count == 1, "Lock(key).state().count == 1")
         second = pool.submit(SlowToUndoFlow.run, key=key, who="b")
         assert first.result(10).status == "failed"
         assert second.result(10).status == "completed"

@@ -50,12 +50,12 @@ from py_reactor.engine.results import Outcome
 from py_reactor.errors import CoordinationError, LockAcquisitionError, SemaphoreAcquisitionError
 from py_reactor.observability import events as ev
 from tests._overlap import OverlapRecorder
+from tests._wait import until
 from tests.engine.coordination._helpers import (
     fresh_window,
     lock_is_free,
     recorder,
     semaphore_is_free,
-    wait_until,
 )
 
 # -- what one test's steps do, and what they saw -------------------------------------------------
@@ -415,7 +415,11 @@ class HoldOnRollback(Middleware):
 
     def _release_later(self) -> None:
         try:
-            wait_until(lambda: Lock(self.key).state().waiters == 1, timeout=5)
+            until(
+                lambda: Lock(self.key).state().waiters == 1,
+                "Lock(self.key).state().waiters == 1",
+                timeout=5,
+            )
             self.saw_waiter = True
             time.sleep(self.release_after or 0)  # the holder's own work, not synchronization
         except AssertionError:
@@ -476,7 +480,10 @@ def _rollback_while_second_run(
             assert script.entered.wait(10), "the rollback hook never ran"
             second = pool.submit(reactor.run, account_id=second_account, probe=key)
             if second_account == key:
-                wait_until(lambda: Lock(f"acct:{key}").state().waiters == 1)
+                until(
+                    lambda: Lock(f"acct:{key}").state().waiters == 1,
+                    "Lock(f'acct:{key}').state().waiters == 1",
+                )
                 assert not second.done()
             else:
                 second.result(timeout=10)
@@ -521,7 +528,9 @@ def test_no_run_enters_between_the_failed_work_and_its_compensate(
             first = pool.submit(reactor.run, **failing(key, "compensate"))
             assert script.run_entered.wait(10), "the failing work never started"
             second = pool.submit(reactor.run, account_id=key, probe=key)
-            wait_until(lambda: primitive.state().waiters == 1)  # queued behind the work
+            until(
+                lambda: primitive.state().waiters == 1, "primitive.state().waiters == 1"
+            )  # queued behind the work
             assert not second.done()
         finally:
             script.release_run.set()
@@ -595,7 +604,10 @@ def test_a_forward_run_waits_for_a_rollback_holding_the_slot(
             first = pool.submit(SlotCheckout.run, **failing(key, kind))
             assert script.entered.wait(10)
             second = pool.submit(SlotCheckout.run, account_id=key, probe=key)
-            wait_until(lambda: Semaphore(f"acct:{key}", limit=1).state().waiters == 1)
+            until(
+                lambda: Semaphore(f"acct:{key}", limit=1).state().waiters == 1,
+                "Semaphore(f'acct:{key}', limit=1).state().waiters == 1",
+            )
         finally:
             script.release.set()
         assert isinstance(first.result(timeout=10), FailureResult)

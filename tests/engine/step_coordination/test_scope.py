@@ -20,7 +20,7 @@ import pytest
 
 from py_reactor import Lock, Reactor, Step, step, with_lock
 from tests._overlap import OverlapRecorder
-from tests.engine.coordination._helpers import wait_until
+from tests._wait import until
 
 #: Seconds an unlocked step works.
 HOLD = 0.2
@@ -227,9 +227,11 @@ def test_a_run_waiting_at_the_locked_step_does_not_hold_up_the_other(
             a = pool.submit(EightSteps.run, ns=key, who="A", lock_on="shared")
             assert a_in_3.wait(10), "A never reached step 3"
             other = pool.submit(next_in_line)
-            wait_until(lambda: queued() == 1)
+            until(lambda: queued() == 1, "A queued")
             b = pool.submit(EightSteps.run, ns=key, who="B", lock_on="shared")
-            wait_until(lambda: queued() == 2)  # B waits at step 3, behind the other owner
+            until(
+                lambda: queued() == 2, "queued() == 2"
+            )  # B waits at step 3, behind the other owner
             assert ("leave", "B:s2") in world.overlap.events
             a_go.set()
             finished_a = a.result(10)
