@@ -23,6 +23,7 @@ from py_reactor import Lock, Step, configure
 from py_reactor.coordination.ordered_lock import OrderedLock
 from tests._holds import ordered_position
 from tests._overlap import OverlapRecorder
+from tests._wait import until
 from tests.concurrency import _reactors as r
 from tests.concurrency._spawn import SPAWN, gather
 from tests.engine.coordination._helpers import fresh_window
@@ -258,10 +259,10 @@ def test_ordered_runs_pass_in_the_order_they_took_their_positions(
 
     with ThreadPoolExecutor(runs) as pool:
         futures = [pool.submit(work, i) for i in range(runs)]
-        deadline = time.monotonic() + 20
-        while sequence.state().next_position < runs + 2:
-            assert time.monotonic() < deadline, "the runs did not all take a position"
-            time.sleep(0.005)
+        until(
+            lambda: sequence.state().next_position >= runs + 2,
+            "every run took a position",
+        )
         assert ran == []
         turn = sequence.wait_turn(gate)
         assert not turn.short_circuit

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 import threading
-import time
 
 import pytest
 
@@ -27,6 +26,7 @@ from py_reactor.testing import (
     assert_validation_error,
     format_trace,
 )
+from tests._wait import status, until
 from tests.testing import _reactors as r
 
 pytestmark = pytest.mark.usefixtures("reactor_store")
@@ -498,10 +498,7 @@ def test_parked_at_fails_for_a_run_in_the_caller_and_a_retry_backoff(
     with pytest.raises(AssertionError, match=r"ran in the caller, which never parks"):
         assert_parked_at(r.Pricing.run(n=1), "double")
     out = r.SlowRetry.run(key=key)
-    deadline = time.monotonic() + 10
-    while find(out.execution_id).status != "waiting":  # type: ignore[union-attr]
-        assert time.monotonic() < deadline, "the retry never started waiting"
-        time.sleep(0.01)
+    until(lambda: status(out.execution_id) == "waiting", "the retry started waiting")
     with pytest.raises(AssertionError, match=r"but it is waiting out a retry's backoff"):
         assert_parked_at(out, "call")
     r.CALLS.pop(key)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -49,6 +48,7 @@ from py_reactor.errors import (
 )
 from py_reactor.observability import events as ev
 from py_reactor.observability.middleware import HOOKS
+from tests._wait import until
 from tests.engine.coordination._helpers import (
     Recorder,
     lock_is_free,
@@ -610,10 +610,7 @@ def test_a_short_circuited_turn_is_reported_taken_and_passed_on(key: str) -> Non
     runner = threading.Thread(target=lambda: ended.append(Queue.run(account_id=key)))
     runner.start()
     try:
-        deadline = time.monotonic() + 10
-        while ahead.state().in_flight < 2:  # the run took its place in line behind ``first``
-            assert time.monotonic() < deadline, "the run never took its position"
-            time.sleep(0.005)
+        until(lambda: ahead.state().in_flight >= 2, "the run took its place behind first")
     finally:
         first.release(failed=True)
         runner.join(10)

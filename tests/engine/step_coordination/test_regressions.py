@@ -24,6 +24,7 @@ from py_reactor import (
 from py_reactor.coordination.ordered_lock import OrderedLock
 from py_reactor.engine.context import Context
 from py_reactor.engine.executor import execute
+from tests._overlap import OverlapRecorder
 from tests._wait import until
 from tests.engine.coordination._helpers import lock_is_free
 
@@ -123,8 +124,8 @@ def test_a_nested_run_re_enters_the_ordered_turn_its_execution_holds(key: str) -
 
 # -- ownership never crosses to another thread, even with a copied context -------------------
 
-INSIDE: list[int] = []
-_inside_lock = threading.Lock()
+#: The overlap recorder of the test running, by key (who is inside the locked work).
+INSIDE: dict[str, OverlapRecorder] = {}
 
 
 @with_lock(lambda inputs: inputs["key"], wait=10)
@@ -133,15 +134,9 @@ class LockedChild(Reactor):
 
     @step()
     def work(key: str) -> str:
-        with _inside_lock:
-            INSIDE.append(1)
-            now = len(INSIDE)
-        try:
+        with INSIDE[key].inside(threading.current_thread().name) as now:
             both_in.wait(0.5)  # gives a second thread that wrongly shares the hold time to enter
             return f"saw {now}"
-        finally:
-            with _inside_lock:
-                INSIDE.pop()
 
     returns = "work"
 
@@ -165,13 +160,15 @@ class FansOut(Reactor):
 
 
 def test_nested_runs_in_copied_contexts_on_other_threads_still_exclude_each_other(
-    key: str,
+    key: str, overlap: OverlapRecorder
 ) -> None:
     """Two nested runs handed to pool threads with a copied context are two owners."""
-    INSIDE.clear()
+    INSIDE[key] = overlap
     outcome = FansOut.run(key=key)
     assert outcome.status == "completed", outcome
     assert sorted(outcome.value) == ["saw 1", "saw 1"]
+    assert overlap.entries == 2
+    assert overlap.max_concurrency == 1
 
 
 # -- a nested period re-enters only the same period ------------------------------------------
@@ -302,22 +299,14 @@ def test_compensate_runs_before_a_waiting_execution_enters_the_step(key: str) ->
 
 # -- invoke(context=...) from another thread shares the trace, never the holds ---------------
 
-PEAK: list[int] = []
-
 
 @with_lock(lambda a: a["key"], wait=10)
 class Guarded(Step):
     key: str
 
     def run(self) -> Any:
-        with _inside_lock:
-            INSIDE.append(1)
-            PEAK.append(len(INSIDE))
-        try:
+        with INSIDE[self.inputs.key].inside(threading.current_thread().name):
             both_in.wait(0.3)  # room for a wrongly admitted second thread to enter
-        finally:
-            with _inside_lock:
-                INSIDE.pop()
         return "ok"
 
 
@@ -340,14 +329,16 @@ class HandsOutFlow(Reactor):
     returns = "hand"
 
 
-def test_invoke_with_the_context_from_other_threads_still_excludes(key: str) -> None:
+def test_invoke_with_the_context_from_other_threads_still_excludes(
+    key: str, overlap: OverlapRecorder
+) -> None:
     """Pool threads invoking a locked step with ``context=self.context`` never share the lock."""
-    INSIDE.clear()
-    PEAK.clear()
+    INSIDE[key] = overlap
     outcome = HandsOutFlow.run(key=key)
     assert outcome.status == "completed", outcome
     assert outcome.value == [("completed", True)] * 3  # traced as part of the execution
-    assert max(PEAK) == 1
+    assert overlap.entries == 3
+    assert overlap.max_concurrency == 1
     assert lock_is_free(key)
 
 
