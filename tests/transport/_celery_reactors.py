@@ -217,6 +217,32 @@ class MeteredThenLocked(Reactor):
 
 
 @background
+@with_rate_limit(lambda args: f"celery-test:api:{args['key']}", limit=10, period="hour")
+class MeteredReactorThenLocked(Reactor):
+    """A reactor-level rate limit (10 an hour), charged when the run starts, around ``call``
+    and then ``charge``, which needs a lock the test holds: the run parks inside the reactor's
+    scope, and the resumed run builds that scope again (it must adopt the charge from the
+    ledger, not pay again). The limit admits a second charge, so paying twice shows as a
+    count of 2, not as a refusal."""
+
+    key: str
+    account: str
+
+    @step
+    def call(key: str) -> str:
+        record(key, "call")
+        return "called"
+
+    @step(wait_for=["call"])
+    @with_lock(lambda args: f"celery-test:{args['account']}", ttl=10)
+    def charge(key: str, account: str) -> str:
+        record(key, "charge")
+        return "charged"
+
+    returns = "charge"
+
+
+@background
 class Ping(Reactor):
     """The workers' warm-up: one job through the module's queue before the first test."""
 

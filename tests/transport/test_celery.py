@@ -287,6 +287,40 @@ def test_a_rate_limit_and_a_period_are_charged_once_across_a_park(
     assert whats(raw, key) == ["call", "digest", "charge"]
 
 
+def test_a_reactor_level_rate_limit_is_charged_once_across_a_park(
+    raw: redis.Redis, key: str
+) -> None:
+    """The reactor's rate limit is charged when the run starts in a worker and recorded in its
+    ledger; the run parks at ``charge`` (a lock the test holds) inside the reactor's scope.
+    The release wakes it, the worker builds the reactor's scope again, and it adopts the
+    charge from the ledger instead of paying again: the hour the run started in, and the next
+    one, hold one charge in all, and the run completed."""
+    from py_reactor import Lock
+    from py_reactor.storage import keys
+
+    account = f"acct-{key}"
+    api = f"celery-test:api:{key}"
+    held = Lock(f"celery-test:{account}", owner="the-test", ttl=60).acquire()
+    fresh_window(raw, 3600, margin=120)  # the run and its wake fall in one hour
+    hour = int(raw.time()[0]) // 3600
+    counter = keys.rate_limit_counter(api, 3600, hour)
+    out = r.MeteredReactorThenLocked.run(key=key, account=account)
+    parked = waiting(out.execution_id, "lock")
+    assert parked.waiting_on["step"] == "charge"
+    assert whats(raw, key) == ["call"]
+    charged = [h for h in parked.holds if h["primitive"] == "rate_limit"]
+    assert [(h["key"], h["step"], h["state"]) for h in charged] == [(api, None, "charged")]
+    assert raw.get(counter) == "1"  # charged once when the run started, before the park
+    released = time.monotonic()
+    held.release()
+    done = finished(out, raw, key)
+    assert done.is_success, (done, getattr(done, "error", None))
+    assert time.monotonic() - released < WOKEN_WITHIN, "the release did not wake the parked run"
+    assert whats(raw, key) == ["call", "charge"]  # the resumed run entered the scope again
+    counters = [raw.get(keys.rate_limit_counter(api, 3600, hour + i)) for i in range(2)]
+    assert counters == ["1", None], "the resumed run paid the reactor's rate limit again"
+
+
 def test_the_park_cap_fails_the_run_on_a_worker_and_rolls_it_back(
     private_redis: PrivateRedis, raw: redis.Redis, key: str
 ) -> None:
