@@ -161,8 +161,6 @@ MUTATIONS: tuple[Mutation, ...] = (
             "tests/coordination/test_ledger.py"
             "::test_a_rate_limit_is_charged_once_per_scope_even_when_entered_again",
             "tests/transport/test_celery.py"
-            "::test_a_rate_limit_and_a_period_are_charged_once_across_a_park",
-            "tests/transport/test_celery.py"
             "::test_a_reactor_level_rate_limit_is_charged_once_across_a_park",
         ),
     ),
