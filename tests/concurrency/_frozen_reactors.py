@@ -9,6 +9,11 @@ sees when a runner gave its level back.
 The locked step records its stay in the ``OverlapRecorder`` named after the lock, labelled
 ``<execution id>@<pid>``, and stays inside until the test sets ``<lock>:<execution id>:go:<n>``
 (``n``: which runner of that execution this is, 1 for the first, 2 for a recovery).
+
+``Frozen`` takes the lock in its step (a step-level hold: the last checkpoint before the step
+lists nothing to adopt). ``FrozenUnderReactorLock`` takes it for the whole run (reactor-level)
+and stays in its second step: the checkpoint after its first step lists the reactor's hold, so a
+recovered run loads a record of the hold the presumed-dead runner still has.
 """
 
 from __future__ import annotations
@@ -27,14 +32,14 @@ from py_reactor.config import get_config
 from py_reactor.observability import events as ev
 from tests._overlap import OverlapRecorder
 
-__all__ = ["LEASE", "LOCK_TTL", "Frozen", "Guarded", "serve"]
+__all__ = ["LEASE", "LOCK_TTL", "Frozen", "FrozenUnderReactorLock", "Guarded", "Inside", "serve"]
 
 #: The execution lease of the worker processes (seconds): a stopped runner is presumed dead
 #: this long after its last renewal.
 LEASE = 1.0
 
-#: The step lock's ttl (seconds): far longer than the runner stays stopped, so the level it
-#: took is still live when the recovered run enters and when the runner wakes.
+#: The locks' ttl (seconds): far longer than the runner stays stopped, so the level it took is
+#: still live when the recovered run enters and when the runner wakes.
 LOCK_TTL = 30.0
 
 #: Seconds a runner stays inside the step waiting for the test's go before it gives up.
@@ -65,6 +70,21 @@ def label(execution_id: str, pid: int) -> str:
     return f"{execution_id}@{pid}"
 
 
+def stay(lock: str, me: str) -> int:
+    """Record this runner's stay inside ``lock`` until the test's go; which runner it was."""
+    url = get_config().redis_url
+    assert url is not None
+    c = client()
+    runner = int(c.incr(f"{lock}:{me}:runner"))  # before entering: the test waits for the entry
+    with recorder(url, lock).inside(label(me, os.getpid())):
+        deadline = time.monotonic() + STAY_LIMIT
+        while not c.get(f"{lock}:{me}:go:{runner}"):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"runner {runner} of {me} never got its go")
+            time.sleep(0.01)
+    return runner
+
+
 @with_lock(lambda args: str(args["lock"]), ttl=LOCK_TTL, wait=0)
 class Guarded(Step):
     """Inside the lock: recorded in the overlap recorder, until the test says go."""
@@ -72,18 +92,7 @@ class Guarded(Step):
     lock: str
 
     def run(self) -> Any:
-        lock, me = self.inputs.lock, self.context.root_id
-        url = get_config().redis_url
-        assert url is not None
-        c = client()
-        runner = c.incr(f"{lock}:{me}:runner")  # before entering: the test waits for the entry
-        with recorder(url, lock).inside(label(me, os.getpid())):
-            deadline = time.monotonic() + STAY_LIMIT
-            while not c.get(f"{lock}:{me}:go:{runner}"):
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"runner {runner} of {me} never got its go")
-                time.sleep(0.01)
-        return Success(runner)
+        return Success(stay(self.inputs.lock, self.context.root_id))
 
 
 @background
@@ -94,6 +103,31 @@ class Frozen(Reactor):
 
     guarded = step(Guarded)
     returns = "guarded"
+
+
+class Inside(Step):
+    """Inside the reactor's lock (it takes none of its own): recorded, until the test says go."""
+
+    lock: str
+
+    def run(self) -> Any:
+        return Success(stay(self.inputs.lock, self.context.root_id))
+
+
+@background
+@with_lock(lambda args: str(args["lock"]), ttl=LOCK_TTL, wait=0)
+class FrozenUnderReactorLock(Reactor):
+    """The lock on the ``lock`` input held by the reactor around both steps: ``before`` ends
+    (its checkpoint lists the reactor's hold), then ``inside`` stays until the test's go."""
+
+    lock: str
+
+    @step()
+    def before(lock: str) -> str:
+        return "checkpointed"
+
+    inside = step(Inside, wait_for="before")
+    returns = "inside"
 
 
 class ReleaseLog(Middleware):
