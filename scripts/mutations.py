@@ -174,7 +174,8 @@ MUTATIONS: tuple[Mutation, ...] = (
         tests=(
             "tests/coordination/test_ledger.py"
             "::test_a_recovered_run_re_enters_beside_a_checkpointed_hold_instead_of_adopting_it",
-            "tests/concurrency/test_frozen_runner.py",
+            "tests/concurrency/test_frozen_runner.py"
+            "::test_a_runner_stopped_inside_a_reactor_lock_keeps_its_own_level_beside_the_recovered_run",
         ),
     ),
     Mutation(

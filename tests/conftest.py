@@ -16,6 +16,7 @@ import pytest
 import redis
 
 from py_reactor.testing import reset
+from tests._overlap import OverlapRecorder
 from tests._redis import PrivateRedis
 
 
@@ -58,6 +59,12 @@ def raw(private_redis: PrivateRedis) -> Iterator[redis.Redis]:
     client = private_redis.client()
     yield client
     client.close()
+
+
+@pytest.fixture
+def overlap(redis_url: str, key: str) -> OverlapRecorder:
+    """A Redis-backed overlap recorder of this test's own (who was inside, and with whom)."""
+    return OverlapRecorder(redis_url, f"{key}-rec")
 
 
 @pytest.fixture(scope="session")

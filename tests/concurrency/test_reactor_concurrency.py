@@ -37,12 +37,6 @@ def _server(_default_settings: None, redis_url: str) -> Iterator[None]:
     r.HOOKS.clear()
 
 
-@pytest.fixture
-def overlap(redis_url: str, key: str) -> OverlapRecorder:
-    """A recorder of its own for this test."""
-    return OverlapRecorder(redis_url, f"{key}-rec")
-
-
 def run_processes(
     url: str,
     reactor: str,

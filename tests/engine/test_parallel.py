@@ -47,11 +47,6 @@ def _store(redis_url: str) -> Iterator[None]:
     pr.EVENTS.clear()
 
 
-@pytest.fixture
-def overlap(redis_url: str, key: str) -> OverlapRecorder:
-    return OverlapRecorder(redis_url, f"{key}-rec")
-
-
 def hook(key: str, actions: dict[str, Callable[[], Any]]) -> None:
     """Make step ``name`` of the test ``key`` call ``actions[name]`` (others do nothing)."""
 

@@ -9,16 +9,9 @@ from __future__ import annotations
 import pytest
 
 from py_reactor import configure
-from tests._overlap import OverlapRecorder
 
 
 @pytest.fixture(autouse=True)
 def _server(_default_settings: None, redis_url: str) -> None:
     """Point py_reactor at the private server (settings are restored after the test)."""
     configure(redis_url=redis_url)
-
-
-@pytest.fixture
-def overlap(redis_url: str, key: str) -> OverlapRecorder:
-    """A Redis-backed overlap recorder of this test's own."""
-    return OverlapRecorder(redis_url, f"{key}-rec")
