@@ -179,6 +179,21 @@ MUTATIONS: tuple[Mutation, ...] = (
         ),
     ),
     Mutation(
+        id="stale-runner-gives-up-the-executions-holds",
+        breaks="a runner that finds its execution claimed by another releases the reactor's "
+        "ordered turn and period claim, which the claimant carries now",
+        file="src/py_reactor/engine/executor.py",
+        old="        elif stale:  # the runner that claimed the execution carries its turn and "
+        "claim now\n",
+        new="        elif False:\n",
+        tests=(
+            "tests/runtime/test_recovery.py"
+            "::test_a_stale_runner_leaves_the_executions_ordered_turn_to_the_run_that_claimed_it",
+            "tests/runtime/test_recovery.py"
+            "::test_a_stale_runner_leaves_the_executions_period_claim_to_the_run_that_claimed_it",
+        ),
+    ),
+    Mutation(
         id="outage-fails-the-step",
         breaks="a store outage in a worker fails the step (and rolls back) instead of "
         "suspending the run",

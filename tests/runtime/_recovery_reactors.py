@@ -28,6 +28,8 @@ from py_reactor import (
     get_config,
     step,
     with_lock,
+    with_ordered_lock,
+    with_period,
 )
 from py_reactor.storage import current_store
 from py_reactor.storage.executions import ExecutionStore
@@ -42,6 +44,8 @@ __all__ = [
     "LockedStep",
     "Ok",
     "Usurped",
+    "UsurpedInPeriod",
+    "UsurpedInTurn",
     "client",
     "dispatch_and_linger",
     "dispatch_without_running",
@@ -174,6 +178,38 @@ class TakeOver(Step):
 @background
 class Usurped(Reactor):
     """``take_over`` makes its own runner stale; ``after`` must then never run."""
+
+    tag: str
+
+    take_over = step(TakeOver)
+
+    @step(wait_for=["take_over"])
+    def after(tag: str) -> Any:
+        client().incr(f"{tag}:after")
+        return Success("after")
+
+
+@background
+@with_ordered_lock(lambda v: f"{v['tag']}:seq")
+class UsurpedInTurn(Reactor):
+    """``Usurped`` inside its reactor-level ordered turn (strict): the turn is the
+    execution's, which the usurper now carries; the stale runner must not pass it on."""
+
+    tag: str
+
+    take_over = step(TakeOver)
+
+    @step(wait_for=["take_over"])
+    def after(tag: str) -> Any:
+        client().incr(f"{tag}:after")
+        return Success("after")
+
+
+@background
+@with_period(lambda v: f"{v['tag']}:daily", every="day")
+class UsurpedInPeriod(Reactor):
+    """``Usurped`` inside its reactor-level period claim: the claim is the execution's, which
+    the usurper now carries; the stale runner must not give it up."""
 
     tag: str
 

@@ -35,6 +35,8 @@ from py_reactor import (
     HaltedResult,
     Lock,
     Middleware,
+    OrderedLock,
+    Period,
     Reactor,
     SuccessResult,
     configure,
@@ -44,7 +46,7 @@ from py_reactor import (
 from py_reactor.dsl import registry
 from py_reactor.dsl.registry import class_path
 from py_reactor.engine.serializer import SCHEMA_VERSION
-from py_reactor.errors import ReactorNotImportableError
+from py_reactor.errors import OrderedLockWaitError, PeriodBusyError, ReactorNotImportableError
 from py_reactor.observability import events as ev
 from py_reactor.runtime.drive import run_execution
 from py_reactor.storage import current_store
@@ -297,6 +299,45 @@ def test_a_runner_made_stale_mid_step_stops_and_writes_nothing(
     assert snapshot.results == {}  # the stale runner's `take_over` result was never written
     assert snapshot.outcome is None
     forget(raw, execution_id)  # the usurper is the test: it will not finish the run
+
+
+def test_a_stale_runner_leaves_the_executions_ordered_turn_to_the_run_that_claimed_it(
+    executions: ExecutionStore, raw: redis.Redis, key: str
+) -> None:
+    """A runner made stale inside its reactor-level ordered turn stops without passing the
+    turn on (nor failing it, which under ``strict`` would skip every later position): the turn
+    is the execution's, and the runner that claimed the execution is the one inside it now."""
+    configure(execution_lease=0.3)  # run_execution is called directly: nobody renews it
+    execution_id = store_pending(executions, class_path(rr.UsurpedInTurn), {"tag": key})
+
+    assert run_execution(execution_id, "runner-1", transport=THREADS) == "stale"
+
+    assert raw.get(f"{key}:usurped") == "2"
+    assert raw.get(f"{key}:after") is None
+    state = OrderedLock(f"{key}:seq").state()
+    assert (state.last_completed, state.in_flight, state.failed) == (0, 1, False)
+    with pytest.raises(OrderedLockWaitError, match="did not get its turn"):
+        OrderedLock(f"{key}:seq", wait=0.2).wait_turn(OrderedLock(f"{key}:seq").take_position())
+    forget(raw, execution_id)
+
+
+def test_a_stale_runner_leaves_the_executions_period_claim_to_the_run_that_claimed_it(
+    executions: ExecutionStore, raw: redis.Redis, key: str
+) -> None:
+    """A runner made stale inside its reactor-level period claim stops without giving the
+    claim up: the run that claimed the execution carries it, and nobody else may claim the
+    bucket meanwhile (the work would run twice in one period)."""
+    configure(execution_lease=0.3)
+    execution_id = store_pending(executions, class_path(rr.UsurpedInPeriod), {"tag": key})
+
+    assert run_execution(execution_id, "runner-1", transport=THREADS) == "stale"
+
+    assert raw.get(f"{key}:usurped") == "2"
+    period = Period(f"{key}:daily", every="day")
+    assert not period.is_done()
+    with pytest.raises(PeriodBusyError):
+        period.claim("somebody-else", wait=0.2)
+    forget(raw, execution_id)
 
 
 # -- 3. a corrupted stored context -----------------------------------------------------------

@@ -394,6 +394,17 @@ class Scope:
             self._gates[record.primitive].detach(record)
             self._end_turn(record)
 
+    def hand_over(self) -> None:
+        """This runner lost its execution to another (it was presumed dead and the execution
+        was claimed again): give back its own levels of what keeps others out (a lock's, a
+        semaphore's: the claimant re-entered beside them, see ``recovered``), and leave the
+        rest — an ordered turn, a period claim — in place: they are the execution's, which
+        the claimant carries now. Passing the turn on or giving up the claim here would let
+        another execution in while the claimant is inside."""
+        own = [r for r in self.records() if self._gates[r.primitive].exclusive]
+        self._release(own, succeeded=False, failed=False)
+        self.detach()
+
     def _end_turn(self, record: HoldRecord) -> None:
         """Give back the branch's turn on a hold it re-entered through an ancestor's (nothing
         of this branch runs inside it any more; adopting it again takes the turn again)."""

@@ -21,6 +21,7 @@ from py_reactor.coordination.gates import Busy
 from py_reactor.coordination.owner import HeldBy
 from py_reactor.coordination.scope import Admission, Scope
 from py_reactor.engine.run import Run
+from py_reactor.errors import StaleExecution
 from py_reactor.observability import events as ev
 
 __all__ = ["StepGate", "emitter", "held_by", "rollback_scope"]
@@ -142,6 +143,21 @@ class StepGate:
         it in this process."""
         if self._turn is not None:
             self._turn.detach()
+
+    def interrupted(self, exc: BaseException) -> None:
+        """The attempt's work raised ``exc``: release what it took, unless another runner
+        claimed the execution meanwhile (``StaleExecution``): the step then hands its holds
+        over as a whole (:meth:`hand_over`)."""
+        if not isinstance(exc, StaleExecution):
+            self.exit(succeeded=False)
+
+    def hand_over(self) -> None:
+        """Another runner claimed the execution while this one was inside the step: give
+        back only this runner's own lock and semaphore levels; the ordered turn and a period
+        claim stay, the claimant's now (``Scope.hand_over``)."""
+        for part in (self._work, self._turn):
+            if part is not None:
+                part.hand_over()
 
     def refresh(self) -> bool:
         """Push out the expiry of the lock and semaphore kept for a compensate.

@@ -30,7 +30,7 @@ from py_reactor.engine.run import Run
 from py_reactor.engine.stepping import fail, parked
 from py_reactor.engine.waiter import BLOCKING, Waiter
 from py_reactor.engine.walk import walk
-from py_reactor.errors import CoordinationError, InputValidationError
+from py_reactor.errors import CoordinationError, InputValidationError, StaleExecution
 from py_reactor.observability import events as ev
 from py_reactor.observability.middleware import Middleware
 from py_reactor.states import TraceKind
@@ -149,16 +149,19 @@ def _coordinated(cls: type[Reactor], run: Run) -> Outcome:
         run.emit(ev.ReactorHalted, None, reason=reason)
         return HaltedResult(context, reason=reason, step_name=None)
     outcome: Outcome | None = None
-    aborted = False
+    aborted = stale = False
     try:
         outcome = walk(cls, run)
         return outcome
     except BaseException as exc:
         aborted = not isinstance(exc, Exception)  # KeyboardInterrupt, SystemExit
+        stale = isinstance(exc, StaleExecution)  # a checkpoint found it claimed by another
         raise
     finally:
-        if isinstance(outcome, ParkedResult | DispatchedResult) or getattr(run, "stale", False):
+        if isinstance(outcome, ParkedResult | DispatchedResult):
             scope.detach()
+        elif stale:  # the runner that claimed the execution carries its turn and claim now
+            scope.hand_over()
         elif isinstance(outcome, PausedResult):  # a pause may last days: block nobody meanwhile
             scope.park()  # all but an ordered position; the resumed run takes them again
         elif aborted:  # the ordered position stays in line for the poison pill or a recovery,

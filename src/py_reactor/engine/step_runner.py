@@ -43,6 +43,7 @@ from py_reactor.errors import (
     ArgumentResolutionError,
     CoordinationError,
     InputValidationError,
+    StaleExecution,
     StoreUnavailableError,
 )
 from py_reactor.observability import events as ev
@@ -117,7 +118,7 @@ def run_resolved(
             return parked
         return contended(run, name, values, error, 0, started, unit, None, where)
     result: StepAnswer | None = None
-    aborted = False
+    aborted = stale = False
     try:
         if admission is not Admission.PROCEED:
             result = _skip(run, name, values, Skipped(reason=admission.value), started, where)
@@ -126,10 +127,13 @@ def run_resolved(
         return result
     except BaseException as exc:
         aborted = not isinstance(exc, Exception)  # KeyboardInterrupt, SystemExit
+        stale = isinstance(exc, StaleExecution)  # a nested run's checkpoint found it claimed
         raise
     finally:
         if isinstance(result, StepFailure) and result.holds is not None:
             pass  # the turn goes with the other holds, once rollback has compensated
+        elif stale:  # the runner that claimed the execution carries the turn and the claim
+            gate.hand_over()
         elif isinstance(result, Parked) or aborted:
             # A parked step keeps its ordered position for when it comes back; an abnormal
             # exit leaves it in line for the poison pill or a recovery, never passed on as if
@@ -178,8 +182,8 @@ def _attempts(
             run.emit(ev.StepStarted, name, attempt=attempt)
             try:
                 signal = _outage_suspends(run, name, attempt, _work(unit))
-            except BaseException:
-                gate.exit(succeeded=False)
+            except BaseException as exc:
+                gate.interrupted(exc)
                 raise
             if not (isinstance(signal, Failure) and not _retrying(signal, attempt, policy)):
                 gate.exit(succeeded=isinstance(signal, Success))
