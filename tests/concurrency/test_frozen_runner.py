@@ -19,9 +19,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import TypeVar
 
 import pytest
@@ -32,15 +30,11 @@ import py_reactor.transport.threads
 import py_reactor.workers
 from py_reactor import DispatchedResult, Lock, Reactor, SuccessResult, configure, find
 from tests._overlap import OverlapRecorder
+from tests._processes import child
 from tests._wait import until
 from tests.concurrency import _frozen_reactors as fr
 
 T = TypeVar("T")
-
-#: This checkout (for ``tests``) and the very ``py_reactor`` this process imported.
-CHILD_PATH = os.pathsep.join(
-    [str(Path(__file__).resolve().parents[2]), str(Path(py_reactor.__file__).resolve().parents[1])]
-)
 
 
 @pytest.fixture(autouse=True)
@@ -58,13 +52,7 @@ def _no_worker(
 
 def worker(url: str) -> subprocess.Popen[bytes]:
     """A worker process (``_frozen_reactors.serve``) in a new interpreter."""
-    code = "import sys; from tests.concurrency._frozen_reactors import serve; serve(sys.argv[1])"
-    return subprocess.Popen(
-        [sys.executable, "-c", code, url],
-        env={**os.environ, "PYTHONPATH": CHILD_PATH},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+    return child("tests.concurrency._frozen_reactors", "serve", url)
 
 
 def dispatch(key: str, reactor: type[Reactor] = fr.Frozen) -> str:

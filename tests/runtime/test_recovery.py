@@ -15,10 +15,8 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -58,18 +56,14 @@ from py_reactor.storage.executions import (
 )
 from py_reactor.storage.keys import DUE as DUE_KEY
 from py_reactor.transport.threads import THREADS
+from tests._processes import child as start_child
+from tests._processes import stderr_of
 from tests._wait import until
 from tests.runtime import _recovery_reactors as rr
 
 #: How long after a release a woken run may take to complete; far below the 30 s park timer
 #: of the tests that assert it.
 WOKEN_WITHIN = 10.0
-
-#: The folders a child process needs on its path: this checkout (for ``tests``) and the very
-#: ``py_reactor`` this process imported (so children run the same code as the test).
-CHILD_PATH = os.pathsep.join(
-    [str(Path(__file__).resolve().parents[2]), str(Path(py_reactor.__file__).resolve().parents[1])]
-)
 
 
 @pytest.fixture(autouse=True)
@@ -89,22 +83,7 @@ def executions() -> ExecutionStore:
 
 def child(entry: str, *args: str) -> subprocess.Popen[bytes]:
     """Start ``_recovery_reactors.<entry>(*args)`` in a new interpreter."""
-    code = (
-        f"import sys; from tests.runtime._recovery_reactors import {entry}; {entry}(*sys.argv[1:])"
-    )
-    env = {**os.environ, "PYTHONPATH": CHILD_PATH}
-    return subprocess.Popen(
-        [sys.executable, "-c", code, *args],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-
-
-def stderr_of(process: subprocess.Popen[bytes]) -> str:
-    """What a finished child wrote to stderr (for assertion messages)."""
-    _, err = process.communicate(timeout=10)
-    return err.decode(errors="replace")
+    return start_child("tests.runtime._recovery_reactors", entry, *args)
 
 
 def store_pending(
