@@ -1,53 +1,94 @@
 """``py-reactor``: the command line.
 
-``py-reactor demo`` shows step-scoped coordination at work; ``py-reactor dashboard`` serves the
-operators' dashboard (``py_reactor[web]``); ``py-reactor worker`` starts a
-Celery worker that has imported the user's reactor modules; ``py-reactor sweep`` runs one
-recovery pass.
+``main`` builds the parser, puts the current folder on ``sys.path`` (as ``celery -A`` does, so
+``--import myapp.reactors`` works from the project folder) and turns every error into one line
+on stderr with exit status 2. ``worker`` and ``sweep`` are here; ``demo`` is in
+``py_reactor.demo``, ``dashboard`` in ``py_reactor.web.cli``, and the operator's commands
+(``executions``, ``holds``, ``embedded``) in ``py_reactor.cli_operator``.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import sys
-import time
 from collections.abc import Sequence
 
 from py_reactor import workers
+from py_reactor.cli_operator import (
+    REDIS_URL_ENV,
+    CommandError,
+    add_imports,
+    add_operator_commands,
+    add_store_option,
+    import_modules,
+    one_line,
+    reach_store,
+    settle,
+    use_store,
+)
 from py_reactor.config import configure, get_config
 from py_reactor.demo import add_demo_command
 from py_reactor.demo import main as demo
-from py_reactor.states import Status
+from py_reactor.version import __version__
 
 __all__ = ["main"]
 
+DESCRIPTION = f"""\
+Run and operate py_reactor from a shell.
 
-def _imports(command: argparse.ArgumentParser) -> None:
-    command.add_argument(
-        "--import",
-        dest="modules",
-        action="append",
-        default=[],
-        metavar="MODULE",
-        help="a module that defines the reactors to run (repeatable)",
-    )
+Each command reads the store from its --redis-url URL, else from the environment variable
+{REDIS_URL_ENV}, else uses the embedded Redis server. The current folder is on the import
+path, so --import myapp.reactors works from the project folder. An error is one line on
+stderr and exit status 2.
+"""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; the process exit status."""
-    parser = argparse.ArgumentParser(prog="py-reactor", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
+    parser = _parser()
+    args = parser.parse_args(argv)  # a usage error exits 2 with argparse's message
+    here = os.getcwd()
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    try:
+        return int(args.handler(args))
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # every error, one line: an operator's shell, not a debugger
+        command = " ".join(filter(None, (args.command, getattr(args, "action", None))))
+        print(f"py-reactor {command}: {one_line(exc)}", file=sys.stderr)
+        return 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="py-reactor",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"py-reactor {__version__}",
+        help="print the version and exit",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
     sweep = commands.add_parser(
         "sweep",
-        help="one recovery pass: dispatch parked executions that are due and executions whose "
-        "runner's lease lapsed, run them here, then exit",
+        help="one recovery pass: run what is due and what a dead worker left, then exit",
+        description="One recovery pass: dispatch parked executions that are due and executions "
+        "whose runner's lease lapsed, run them here (or send them to Celery), then exit.",
     )
-    sweep.add_argument("--redis-url", help="the store (default: the embedded server)")
-    _imports(sweep)
+    add_store_option(sweep)
+    add_imports(sweep, "the reactors to run")
     sweep.add_argument(
-        "--wait", type=float, default=30.0, help="seconds to let dispatched runs finish"
+        "--wait",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="seconds to let dispatched runs finish (default 30)",
     )
     sweep.add_argument(
         "--worker",
@@ -55,59 +96,71 @@ def main(argv: Sequence[str] | None = None) -> int:
         default="threads",
         help="run what is due here (threads, the default) or send it to Celery workers",
     )
+    sweep.set_defaults(handler=_sweep)
+
     worker = commands.add_parser(
         "worker",
         help="start a Celery worker for py_reactor's jobs (needs py_reactor[celery])",
+        description="Start a Celery worker that has imported your reactor modules; the store "
+        "is also Celery's broker.",
     )
-    worker.add_argument("--redis-url", required=True, help="the store, and Celery's broker")
-    _imports(worker)
+    add_store_option(worker, needed="required: the store is Celery's broker")
+    add_imports(worker, "the reactors to run")
     worker.add_argument("--concurrency", type=int, default=None, help="pool size")
-    worker.add_argument("--pool", choices=("prefork", "threads", "solo"), default="prefork")
-    worker.add_argument("--loglevel", default="INFO")
+    worker.add_argument(
+        "--pool",
+        choices=("prefork", "threads", "solo"),
+        default="prefork",
+        help="Celery's pool (default prefork)",
+    )
+    worker.add_argument("--loglevel", default="INFO", help="Celery's log level (default INFO)")
     worker.add_argument("--queue", default=None, help="the queue to serve (default py_reactor)")
-    from py_reactor.web.cli import add_dashboard_command
+    worker.set_defaults(handler=_worker)
+
+    from py_reactor.web.cli import add_dashboard_command  # registers without Starlette
 
     add_demo_command(commands)
-    add_dashboard_command(commands)
-    args = parser.parse_args(argv)
-    if args.command == "demo":
-        return demo(args)
-    if args.command == "dashboard":
-        from py_reactor.web.cli import run_dashboard
+    commands.choices["demo"].set_defaults(handler=_demo)
+    add_dashboard_command(commands).set_defaults(handler=_dashboard)
+    add_operator_commands(commands)
+    return parser
 
-        return run_dashboard(args)
-    if args.command == "worker":
-        return _worker(args)
-    return _sweep(args.redis_url, args.modules, args.wait, args.worker)
+
+def _demo(args: argparse.Namespace) -> int:
+    url = use_store(args)
+    args.redis_url = url
+    return demo(args)
+
+
+def _dashboard(args: argparse.Namespace) -> int:
+    from py_reactor.web.cli import run_dashboard
+
+    args.redis_url = use_store(args)
+    return run_dashboard(args)
 
 
 def _worker(args: argparse.Namespace) -> int:
-
-    try:
-        configure(redis_url=args.redis_url, worker="celery")
-        if args.queue:
-            configure(celery_queue=args.queue)
-    except ValueError as exc:
-        print(f"py-reactor worker: {exc}", file=sys.stderr)
-        return 2
-    os.environ["PY_REACTOR_REDIS_URL"] = args.redis_url  # for what the pool processes import
+    url = use_store(args)
+    if url is None:
+        raise CommandError(
+            f"needs --redis-url URL or ${REDIS_URL_ENV}: Celery workers share a Redis server "
+            "(the store is their broker)"
+        )
+    reach_store()  # the broker too: Celery would retry it for ever, a traceback at each try
+    configure(worker="celery")
+    if args.queue:
+        configure(celery_queue=args.queue)
+    os.environ[REDIS_URL_ENV] = url  # for what the pool processes import
     try:
         from py_reactor.workers.celery import app
     except ImportError as exc:
-        print(
-            f'py-reactor worker: Celery is not installed (pip install "py_reactor[celery]"): {exc}',
-            file=sys.stderr,
-        )
-        return 2
-    for module in args.modules:
-        try:
-            importlib.import_module(module)
-        except Exception as exc:
-            print(f"py-reactor worker: cannot import {module!r}: {exc}", file=sys.stderr)
-            return 2
+        raise CommandError(
+            f'Celery is not installed (pip install "py_reactor[celery]"): {exc}'
+        ) from None
+    import_modules(args.modules)
 
     # The store's server is the broker: the one given, or the one an imported module set.
-    app.conf.broker_url = get_config().redis_url or args.redis_url
+    app.conf.broker_url = get_config().redis_url or url
     argv = [
         "worker",
         "--queues", get_config().celery_queue,
@@ -122,26 +175,14 @@ def _worker(args: argparse.Namespace) -> int:
     return 0
 
 
-def _sweep(redis_url: str | None, modules: list[str], wait: float, worker: str) -> int:
-
-    try:
-        if redis_url:
-            configure(redis_url=redis_url)
-        configure(worker=worker)
-    except ValueError as exc:
-        print(f"py-reactor sweep: {exc}", file=sys.stderr)
-        return 2
-    for module in modules:
-        importlib.import_module(module)
+def _sweep(args: argparse.Namespace) -> int:
+    use_store(args)
+    reach_store()
+    configure(worker=args.worker)
+    import_modules(args.modules)
     due, recovered = workers.sweep()
     print(f"due: {len(due)}, recovered from lapsed leases: {len(recovered)}")
-    deadline = time.monotonic() + wait
-    for execution_id in due:
-        while time.monotonic() < deadline:
-            found = workers.find(execution_id)
-            if found is None or found.status not in (Status.PENDING, Status.RUNNING):
-                break
-            time.sleep(0.05)
+    settle(due, args.wait)
     return 0
 
 

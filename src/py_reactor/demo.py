@@ -43,6 +43,11 @@ __all__ = ["STEPS", "Checkout", "main", "run_demo"]
 WORK = 0.4
 #: The checkout's steps, in order.
 STEPS = ("reserve", "charge", "ship")
+#: Why ``--workers`` is refused without a server, and what to do.
+WORKERS_NEED_URL = (
+    "--workers needs a Redis server: Celery workers share one; give --redis-url URL or set "
+    "PY_REACTOR_REDIS_URL"
+)
 
 
 def _card_key(args: Any) -> str:
@@ -309,7 +314,7 @@ def run_demo(
         configure(redis_url=redis_url)
     if workers:
         if redis_url is None:
-            raise ValueError("--workers needs --redis-url: Celery workers share a Redis server")
+            raise ValueError(WORKERS_NEED_URL)
         configure(worker="celery")
     configure(park_delay=5.0, park_jitter=0.0)
     where = f"{workers} Celery worker process(es)" if workers else "the in-process thread worker"
@@ -331,17 +336,38 @@ def _scenes(live: bool, tag: str) -> dict[str, Any]:
 
 def add_demo_command(commands: Any) -> None:
     """Add ``demo`` to the ``py-reactor`` subcommands."""
-    demo = commands.add_parser("demo", help="watch step-scoped coordination at work (no server)")
-    demo.add_argument("--redis-url", help="a Redis server (default: the embedded one)")
+    demo = commands.add_parser(
+        "demo",
+        help="watch step-scoped coordination at work (no server needed)",
+        description="Watch step-scoped coordination at work: three short scenes on the "
+        "in-process thread worker, or on Celery workers the demo starts.",
+    )
     demo.add_argument(
-        "--workers", type=int, default=0,
-        help="run on N Celery worker processes the demo starts (needs --redis-url)",
+        "--redis-url",
+        metavar="URL",
+        help="a Redis server (default: $PY_REACTOR_REDIS_URL, else the embedded one)",
+    )
+    demo.add_argument(
+        "--workers", type=_workers, default=0, metavar="N",
+        help="run on N Celery worker processes the demo starts (needs a Redis URL)",
     )  # fmt: skip
     demo.add_argument("--plain", action="store_true", help="print lines, not a live table")
 
 
+def _workers(text: str) -> int:
+    try:
+        count = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if count < 0:
+        raise argparse.ArgumentTypeError(f"{count} is below 0 (0: the thread worker)")
+    return count
+
+
 def main(args: argparse.Namespace) -> int:
     """``py-reactor demo``."""
+    if args.workers and args.redis_url is None:
+        raise ValueError(WORKERS_NEED_URL)
     live = sys.stdout.isatty() and not args.plain
     run_demo(redis_url=args.redis_url, workers=args.workers, live=live)
     return 0
