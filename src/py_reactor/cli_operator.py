@@ -337,7 +337,7 @@ def _show(args: argparse.Namespace) -> int:
         ("updated", _when(detail["updated_at"])),
         ("parks", str(detail["parks"])),
         ("step", detail["step"]),
-        ("waiting on", waiting and f"{waiting.get('primitive')} {waiting.get('key')!r}"),
+        ("waiting on", _waiting(waiting)),
         ("error", detail["error"]),
         ("reason", detail["reason"]),
         ("problem", detail["problem"]),
@@ -361,7 +361,7 @@ def _show(args: argparse.Namespace) -> int:
     print("\ntrace:" if trace else "\ntrace: empty")
     if trace:
         print(table(["TYPE", "STEP", "STARTED (UTC)", "TOOK", "NOTE"], trace))
-    print(_hold_table(detail["holds"]) if detail["holds"] else "\nholds: none")
+    print("\nholds:\n" + _hold_table(detail["holds"]) if detail["holds"] else "\nholds: none")
     return 0
 
 
@@ -487,7 +487,7 @@ def _holds(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(state)
         return 0
-    print(_hold_table(state["holds"]).lstrip("\n") if state["holds"] else "no live holds")
+    print(_hold_table(state["holds"]) if state["holds"] else "no live holds")
     return 0
 
 
@@ -501,12 +501,12 @@ def _hold_table(holds: list[dict[str, Any]]) -> str:
             str(hold.get("reactor") or "").rpartition(":")[2],
             str(hold.get("step") or ""),
             "" if hold.get("ttl_left") is None else f"{hold['ttl_left']:.1f}s",
-            "" if hold.get("live", True) else "lapsed",
+            "yes" if hold.get("live", True) else "no (lapsed)",
         ]
         for hold in holds
     ]
     headers = ["PRIMITIVE", "KEY", "STATE", "EXECUTION", "REACTOR", "STEP", "TTL LEFT", "LIVE"]
-    return "\nholds:\n" + table(headers, rows)
+    return table(headers, rows)
 
 
 def _embedded_status(args: argparse.Namespace) -> int:
@@ -569,6 +569,17 @@ def _seconds(started: float | None, finished: float | None) -> str:
     if started is None or finished is None:
         return ""
     return f"{finished - started:.3f}s"
+
+
+def _waiting(waiting: dict[str, Any] | None) -> str | None:
+    if not waiting:
+        return None
+    text = str(waiting.get("primitive") or "")
+    if waiting.get("key") is not None:
+        text += f" {waiting['key']!r}"
+    if waiting.get("until"):
+        text += f", next attempt at {_when(waiting['until'])} UTC"
+    return text
 
 
 def _trace_note(entry: dict[str, Any]) -> str:
