@@ -224,6 +224,11 @@ def test_worker_without_a_url_says_it_needs_one() -> None:
     _refused(_cli("worker", url=None), "--redis-url", "PY_REACTOR_REDIS_URL")
 
 
+@pytest.mark.parametrize("command", [["sweep"], ["executions", "retry", "some-id"]])
+def test_celery_without_a_url_says_it_needs_one(command: list[str]) -> None:
+    _refused(_cli(*command, "--worker", "celery", url=None), "--worker celery", "--redis-url")
+
+
 def test_demo_workers_without_a_url_says_it_needs_one() -> None:
     _refused(_cli("demo", "--workers", "2", "--plain", url=None), "PY_REACTOR_REDIS_URL")
 

@@ -26,6 +26,7 @@ from py_reactor.cli_operator import (
     reach_store,
     settle,
     use_store,
+    use_worker,
 )
 from py_reactor.config import configure, get_config
 from py_reactor.demo import add_demo_command
@@ -176,9 +177,9 @@ def _worker(args: argparse.Namespace) -> int:
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    use_store(args)
+    url = use_store(args)
+    use_worker(args.worker, url)
     reach_store()
-    configure(worker=args.worker)
     import_modules(args.modules)
     due, recovered = workers.sweep()
     print(f"due: {len(due)}, recovered from lapsed leases: {len(recovered)}")

@@ -43,6 +43,7 @@ __all__ = [
     "reach_store",
     "settle",
     "use_store",
+    "use_worker",
 ]
 
 #: The environment variable a command reads when it is given no ``--redis-url``.
@@ -401,14 +402,22 @@ def _resume(args: argparse.Namespace) -> int:
 
 
 def _ready_to_run(args: argparse.Namespace) -> None:
-    url = use_store(args)
-    if args.worker == "celery" and url is None:
+    use_worker(args.worker, use_store(args))
+    import_modules(args.modules)
+
+
+def use_worker(worker: str, url: str | None) -> None:
+    """Configure where new work runs (``--worker``).
+
+    Raises:
+        CommandError: Celery without a Redis URL (the embedded server is no broker).
+    """
+    if worker == "celery" and url is None:
         raise CommandError(
             f"--worker celery needs --redis-url URL or ${REDIS_URL_ENV}: Celery workers share "
             "a Redis server"
         )
-    configure(worker=args.worker)
-    import_modules(args.modules)
+    configure(worker=worker)
 
 
 def _report(args: argparse.Namespace, done: str, execution_id: str) -> int:
