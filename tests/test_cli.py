@@ -307,6 +307,10 @@ def test_an_unknown_id_is_one_line(command: list[str], redis_url: str) -> None:
     _refused(_cli("executions", action, unknown, *rest, url=redis_url), unknown)
 
 
+def test_show_refuses_what_cannot_be_an_id(redis_url: str) -> None:
+    _refused(_cli("executions", "show", "a/b", url=redis_url), "'a/b' is not an execution id")
+
+
 def test_cancel_stops_a_paused_run_with_its_reason(app: ModuleType, redis_url: str) -> None:
     paused = _paused_run(app)
     done = _cli("executions", "cancel", paused, "--reason", "customer left", url=redis_url)

@@ -325,7 +325,11 @@ def _list(args: argparse.Namespace) -> int:
 
 def _show(args: argparse.Namespace) -> int:
     use_store(args)
-    detail = ask_dashboard(f"/api/executions/{quote(args.execution_id, safe='')}")
+    if "/" in args.execution_id or not args.execution_id.strip():
+        raise CommandError(
+            f"{args.execution_id!r} is not an execution id; `py-reactor executions list` shows them"
+        )
+    detail = ask_dashboard(f"/api/executions/{args.execution_id}")
     if args.json:
         _print_json(detail)
         return 0
@@ -461,7 +465,7 @@ def ask_dashboard(path: str, query: dict[str, Any] | None = None) -> Any:
         "method": "GET",
         "scheme": "http",
         "path": path,
-        "raw_path": path.encode(),
+        "raw_path": quote(path).encode(),
         "root_path": "",
         "query_string": urlencode(query or {}).encode(),
         "headers": [(b"host", b"py-reactor")],
@@ -480,10 +484,13 @@ def ask_dashboard(path: str, query: dict[str, Any] | None = None) -> Any:
             reply["body"] += message.get("body", b"")
 
     asyncio.run(app()(scope, receive, send))
-    answer = json.loads(reply["body"] or b"null")
-    if reply["status"] != 200:
+    try:
+        answer = json.loads(reply["body"])
+    except ValueError:  # not one of the API's answers: a path no route takes
+        answer = None
+    if reply["status"] != 200 or answer is None:
         error = answer.get("error") if isinstance(answer, dict) else None
-        raise CommandError(str(error or f"the dashboard's API answered {reply['status']}"))
+        raise CommandError(str(error or f"nothing answers GET {path} (HTTP {reply['status']})"))
     return answer
 
 
