@@ -2,26 +2,23 @@
 shares: the store options, ``--import``, and one-line errors.
 
 An operator without a browser lists, inspects, cancels, undoes, retries and resumes stored
-executions from a shell. The reads ask the dashboard's JSON API (``py_reactor.web.app``),
-answered in this process with no server and no socket, so ``executions list``, ``executions
-show`` and ``holds`` print exactly what ``/api/executions``, ``/api/executions/{id}`` and
-``/api/holds`` answer (they need the ``web`` extra, as the dashboard does). The actions call
-the public API (``py_reactor.api``). ``py_reactor.cli`` builds the parser and reports errors.
+executions from a shell. The reads are the dashboard's own views (``py_reactor.views``), so
+``executions list``, ``executions show`` and ``holds --json`` print what ``/api/executions``,
+``/api/executions/{id}`` and ``/api/holds`` answer, without the ``web`` extra. The actions
+call the public API (``py_reactor.api``). ``py_reactor.cli`` builds the parser and reports errors.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import importlib
 import json
 import os
 import sys
 import time
-from collections.abc import Callable, MutableMapping, Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar
-from urllib.parse import quote, urlencode
 
 from py_reactor import api
 from py_reactor.config import configure, get_config
@@ -31,13 +28,15 @@ from py_reactor.states import Status
 from py_reactor.storage import current_store
 from py_reactor.storage.embedded import embedded_dir, stop_embedded
 from py_reactor.storage.inspect import Inspector
+from py_reactor.views.coordination import coordination
+from py_reactor.views.executions import STATUSES, execution_detail, list_executions
+from py_reactor.views.records import to_json
 
 __all__ = [
     "CommandError",
     "add_imports",
     "add_operator_commands",
     "add_store_option",
-    "ask_dashboard",
     "import_modules",
     "one_line",
     "reach_store",
@@ -296,8 +295,12 @@ def _count(text: str) -> int:
 
 def _list(args: argparse.Namespace) -> int:
     use_store(args)
-    query = {"reactor": args.reactor or "", "status": args.status or "", "limit": args.limit}
-    listing = ask_dashboard("/api/executions", query)
+    if args.status and args.status not in STATUSES:
+        statuses = ", ".join(STATUSES)
+        raise CommandError(f"--status {args.status!r} is not a status; use one of {statuses}")
+    listing = list_executions(
+        current_store(), reactor=args.reactor or None, status=args.status or None, limit=args.limit
+    )
     if args.json:
         _print_json(listing)
         return 0
@@ -329,7 +332,12 @@ def _show(args: argparse.Namespace) -> int:
         raise CommandError(
             f"{args.execution_id!r} is not an execution id; `py-reactor executions list` shows them"
         )
-    detail = ask_dashboard(f"/api/executions/{args.execution_id}")
+    detail = execution_detail(current_store(), args.execution_id)
+    if detail is None:
+        raise CommandError(
+            f"the store has no execution {args.execution_id!r}; "
+            "`py-reactor executions list` shows what it has"
+        )
     if args.json:
         _print_json(detail)
         return 0
@@ -447,59 +455,12 @@ def _act(action: Callable[[], T]) -> T:
         raise CommandError(one_line(exc)) from None
 
 
-def ask_dashboard(path: str, query: dict[str, Any] | None = None) -> Any:
-    """The JSON the dashboard's API answers for ``GET path?query``, asked in this process.
-
-    Raises:
-        CommandError: the API refused (an unknown id, a bad filter, a store that is down):
-            its ``error`` message; or the ``web`` extra is not installed.
-    """
-    try:
-        from py_reactor.web import app  # the web extra: Starlette, imported on first use
-    except ImportError as exc:
-        raise CommandError(f"{exc}; the command line reads through the dashboard's API") from None
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "GET",
-        "scheme": "http",
-        "path": path,
-        "raw_path": quote(path).encode(),
-        "root_path": "",
-        "query_string": urlencode(query or {}).encode(),
-        "headers": [(b"host", b"py-reactor")],
-        "client": ("127.0.0.1", 0),
-        "server": ("py-reactor", 80),
-    }
-    reply: dict[str, Any] = {"status": 500, "body": bytearray()}
-
-    async def receive() -> dict[str, Any]:
-        return {"type": "http.request", "body": b"", "more_body": False}
-
-    async def send(message: MutableMapping[str, Any]) -> None:
-        if message["type"] == "http.response.start":
-            reply["status"] = message["status"]
-        elif message["type"] == "http.response.body":
-            reply["body"] += message.get("body", b"")
-
-    asyncio.run(app()(scope, receive, send))
-    try:
-        answer = json.loads(reply["body"])
-    except ValueError:  # not one of the API's answers: a path no route takes
-        answer = None
-    if reply["status"] != 200 or answer is None:
-        error = answer.get("error") if isinstance(answer, dict) else None
-        raise CommandError(str(error or f"nothing answers GET {path} (HTTP {reply['status']})"))
-    return answer
-
-
 # -- holds and the embedded server --------------------------------------------------------------
 
 
 def _holds(args: argparse.Namespace) -> int:
     use_store(args)
-    state = ask_dashboard("/api/holds")
+    state = coordination(current_store())
     if args.json:
         _print_json(state)
         return 0
@@ -572,7 +533,7 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 
 def _print_json(value: Any) -> None:
-    print(json.dumps(value, indent=2, sort_keys=True, default=str))
+    print(to_json(value, indent=2))
 
 
 def _when(seconds: float | None) -> str:

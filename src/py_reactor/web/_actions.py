@@ -18,7 +18,7 @@ from starlette.responses import RedirectResponse, Response
 from py_reactor import api
 from py_reactor.config import get_config
 from py_reactor.errors import ReactorError
-from py_reactor.web import _executions
+from py_reactor.views import executions as _executions
 from py_reactor.web._csrf import FIELD, HEADER
 from py_reactor.web._dashboard import JSON, Dashboard
 

@@ -21,7 +21,10 @@ from starlette.routing import Route
 from py_reactor.config import configure
 from py_reactor.errors import StoreUnavailableError
 from py_reactor.states import Status
-from py_reactor.web import _actions, _coordination, _declared, _executions
+from py_reactor.views import coordination as _coordination
+from py_reactor.views import declared as _declared
+from py_reactor.views import executions as _executions
+from py_reactor.web import _actions
 from py_reactor.web._csrf import FIELD
 from py_reactor.web._dashboard import JSON, Auth, Dashboard, set_cookie
 

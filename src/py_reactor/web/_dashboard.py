@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import inspect
 import json
-import math
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -19,7 +18,8 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 
 from py_reactor.storage.redis import RedisStore
-from py_reactor.web import _executions
+from py_reactor.views import executions as _executions
+from py_reactor.views.records import to_json
 from py_reactor.web._csrf import COOKIE, FIELD, Tokens
 
 __all__ = ["JSON", "Auth", "Dashboard", "set_cookie"]
@@ -32,20 +32,7 @@ class JSON(JSONResponse):
     """JSON that never fails on a value it cannot encode (shown as its ``repr``)."""
 
     def render(self, content: Any) -> bytes:
-        return json.dumps(
-            _finite(content), ensure_ascii=False, separators=(",", ":"), default=repr
-        ).encode("utf-8")
-
-
-def _finite(value: Any) -> Any:
-    """``value`` with infinite and NaN floats as None (JSON has no such numbers)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
-    return value
+        return to_json(content).encode("utf-8")
 
 
 class Dashboard:

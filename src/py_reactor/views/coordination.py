@@ -22,8 +22,8 @@ from py_reactor.states import Status
 from py_reactor.storage.executions import StoredExecution
 from py_reactor.storage.inspect import Found, Inspector, PeriodClaim
 from py_reactor.storage.redis import RedisStore
-from py_reactor.web import _declared
-from py_reactor.web._records import live_executions, load_context, now_ms
+from py_reactor.views import declared
+from py_reactor.views.records import live_executions, load_context, now_ms
 
 __all__ = ["Reader", "coordination"]
 
@@ -54,7 +54,7 @@ class _Coordination:
         self.holds: list[dict[str, Any]] = []
         self.seen: set[tuple[str, str, str]] = set()  # (primitive, key, owner) listed already
         self.known: dict[str, set[str]] = {p: set() for p in ("lock", "semaphore", "ordered_lock")}
-        self.users: dict[tuple[str, str], set[_declared.User]] = {}  # who took or awaits a key
+        self.users: dict[tuple[str, str], set[declared.User]] = {}  # who took or awaits a key
         self.parked_on: dict[tuple[str, str], list[str]] = {}
         self.executions: dict[str, StoredExecution] = {}
 
@@ -100,7 +100,7 @@ class _Coordination:
             for holder in semaphore["holders"]:
                 if ("semaphore", key, holder["owner"]) not in self.seen:
                     self._add(reader.outside_semaphore(semaphore, holder, executions))
-            limit = _declared.semaphore_limit(self.users.get(("semaphore", key), set()))
+            limit = declared.semaphore_limit(self.users.get(("semaphore", key), set()))
             free = None if limit is None else max(0, limit - semaphore["held"])
             semaphore.update(limit=limit, free=free)
             if semaphore["held"] or semaphore["waiters"] or semaphore["parked"]:
@@ -138,7 +138,7 @@ class _Coordination:
             return
         for stored in self.executions.values():
             context = load_context(stored)
-            named = None if context is None else _declared.attribute(context, "rate_limit", key)
+            named = None if context is None else declared.attribute(context, "rate_limit", key)
             if named is not None:
                 self._use("rate_limit", key, stored.reactor, named[1])
 
@@ -238,7 +238,7 @@ class Reader:
             execution_id = execution_id or by.execution_id
         elif stored is not None:
             context = load_context(stored)
-            found = None if context is None else _declared.attribute(context, primitive, key)
+            found = None if context is None else declared.attribute(context, primitive, key)
             scope, step = found if found is not None else ("execution", None)
         return {
             "primitive": primitive,
@@ -374,7 +374,7 @@ class Reader:
         }
 
     def rate_limits(
-        self, found: Found, users: dict[tuple[str, str], set[_declared.User]]
+        self, found: Found, users: dict[tuple[str, str], set[declared.User]]
     ) -> list[dict[str, Any]]:
         """Each rate limit's calls in its current windows (and the limit, where declared)."""
         now = self.now_ms // 1000
@@ -394,7 +394,7 @@ class Reader:
             )
         result = []
         for key, counted in by_key.items():
-            limits = _declared.windows(key, users.get(("rate_limit", key), set()))
+            limits = declared.windows(key, users.get(("rate_limit", key), set()))
             for entry in counted:
                 entry["limit"] = limits.get(entry["window"])
             result.append({"key": key, "windows": counted})

@@ -1,13 +1,17 @@
 """The store reads both of the dashboard's read models start from: which executions have not
 ended, an execution's stored context, and the server's clock.
 
-They sit below ``_executions`` (the listing and one execution's detail, whose holds the
-coordination view reads) and ``_coordination`` (every hold, which walks the live executions),
-so each of those imports this module and ``_executions`` imports ``_coordination``, one way.
+They sit below ``views.executions`` (the listing and one execution's detail, whose holds the
+coordination view reads) and ``views.coordination`` (every hold, which walks the live
+executions), so each of those imports this module and ``executions`` imports
+``coordination``, one way. ``to_json`` is how a view becomes JSON (the dashboard's API and the
+command line's ``--json``).
 """
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Iterator
 from typing import Any
 
@@ -58,3 +62,23 @@ def load_context(stored: StoredExecution) -> Any:
 def now_ms(store: RedisStore) -> int:
     """The server clock in ms (holds expire on it, so ttls are computed against it)."""
     return Inspector(store).server_ms()
+
+
+def finite(value: Any) -> Any:
+    """``value`` with infinite and NaN floats as None (JSON has no such numbers)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(v) for v in value]
+    return value
+
+
+def to_json(value: Any, *, indent: int | None = None) -> str:
+    """A view as JSON text, as the dashboard's API and ``--json`` give it: never failing on a
+    value JSON cannot encode (shown as its ``repr``), infinities and NaN as null."""
+    separators = (",", ":") if indent is None else (",", ": ")
+    return json.dumps(
+        finite(value), ensure_ascii=False, separators=separators, default=repr, indent=indent
+    )

@@ -1,10 +1,11 @@
-"""Reading execution records for the dashboard: the listing, one execution, the parked ones.
+"""Reading execution records for the dashboard and the command line: the listing, one
+execution, the parked ones.
 
 Everything here is read only and works from the store alone (no reactor class is imported):
 records come from ``storage.executions``; the listing filters on two fields of each record
 (read in one pipelined round trip per batch) before it loads the records it returns. The JSON
 shapes are documented in ``docs/operations.md``. The reads shared with the coordination view
-(live executions, a stored context, the server clock) are in ``_records``.
+(live executions, a stored context, the server clock) are in ``views.records``.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from py_reactor.states import Status
 from py_reactor.storage.executions import ExecutionStore, StoredExecution
 from py_reactor.storage.inspect import Inspector
 from py_reactor.storage.redis import RedisStore
-from py_reactor.web._coordination import Reader, coordination
-from py_reactor.web._records import BATCH, SCAN_IDS, live_executions, load_context, now_ms
+from py_reactor.views.coordination import Reader, coordination
+from py_reactor.views.records import BATCH, SCAN_IDS, live_executions, load_context, now_ms
 
 __all__ = [
     "ACTIONS",
