@@ -122,9 +122,30 @@ def test_errors_module_exports_the_error_tree() -> None:
         "OrderedLockWaitError",
         "CoordinationKeyError",
         "StoreUnavailableError",
+        "ExecutionNotFoundError",
+        "CorruptRecordError",
     ):
         assert name in errors.__all__
         assert issubclass(getattr(errors, name), errors.ReactorError)
+
+
+def test_an_unknown_id_and_a_damaged_record_have_errors_of_the_tree_exported_at_the_top() -> None:
+    """ExecutionNotFoundError (also a LookupError, as an unknown id always was) and
+    CorruptRecordError are py_reactor's own, importable from the package and its errors
+    module, and named in the tree the errors module's docstring draws."""
+    errors = importlib.import_module("py_reactor.errors")
+
+    assert py_reactor.ExecutionNotFoundError is errors.ExecutionNotFoundError
+    assert py_reactor.CorruptRecordError is errors.CorruptRecordError
+    assert issubclass(errors.ExecutionNotFoundError, LookupError)
+    assert issubclass(errors.ExecutionNotFoundError, errors.ReactorError)
+    assert not issubclass(errors.CorruptRecordError, LookupError)  # the record is there
+    for name in ("ExecutionNotFoundError", "CorruptRecordError"):
+        assert f"── {name} " in (errors.__doc__ or ""), name
+    error = errors.ExecutionNotFoundError("no execution 'x' is stored", execution_id="x")
+    assert (error.execution_id, str(error)) == ("x", "no execution 'x' is stored")
+    damaged = errors.CorruptRecordError("bad", execution_id="y", problem="its outcome is not JSON")
+    assert (damaged.execution_id, damaged.problem) == ("y", "its outcome is not JSON")
 
 
 def test_status_and_trace_kind_are_string_enums_of_the_states_module() -> None:

@@ -45,6 +45,7 @@ from py_reactor.engine import (
     SuccessResult,
 )
 from py_reactor.engine.serializer import dumps_context, loads_context
+from py_reactor.errors import CorruptRecordError, ExecutionNotFoundError
 from py_reactor.observability import Middleware
 from py_reactor.runtime.execution import Execution
 from py_reactor.states import TraceKind
@@ -53,9 +54,11 @@ from py_reactor.version import __version__
 __all__ = [
     "CancelledResult",
     "Context",
+    "CorruptRecordError",
     "DispatchedResult",
     "Element",
     "Execution",
+    "ExecutionNotFoundError",
     "Failure",
     "FailureResult",
     "Halt",

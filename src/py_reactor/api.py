@@ -53,7 +53,12 @@ def resume(
 
 
 def find(execution_id: str) -> Execution | None:
-    """The stored execution ``execution_id``, or None if the store does not know it."""
+    """The stored execution ``execution_id``, or None if the store does not know it; a record
+    that cannot be read comes back with ``.problem`` saying why (never as an empty one).
+
+    Raises:
+        TypeError: ``execution_id`` is not a str.
+    """
     return find_stored(execution_id)
 
 
@@ -62,7 +67,9 @@ def wait(execution_id: str, *, timeout: float | None = None) -> Outcome:
 
     Raises:
         TimeoutError: it did not end within ``timeout`` seconds.
-        LookupError: the store does not know ``execution_id``.
+        ExecutionNotFoundError: the store does not know ``execution_id`` (a ``LookupError``).
+        CorruptRecordError: its stored record cannot be read (raised at once, not waited on).
+        TypeError: ``execution_id`` is not a str.
     """
     return wait_stored(execution_id, timeout=timeout)
 
@@ -114,14 +121,18 @@ class Reactor(DeclaredReactor, verbs=True):
         (``resume="background"``).
 
         Raises:
-            ResumeError: no such paused run (a second resume included).
+            ExecutionNotFoundError: no execution ``execution_id`` is stored (a LookupError).
+            ResumeError: it is not paused (a second resume included), or no run is paused
+                with ``correlation_id``.
+            CorruptRecordError: its stored record cannot be read.
             InputValidationError: a bad payload; the run stays paused.
         """
         return resume(execution_id, payload, correlation_id=correlation_id, reactor=cls)
 
     @classmethod
     def find(cls, execution_id: str) -> Execution | None:
-        """The stored execution ``execution_id`` (an ``Execution``), or None."""
+        """The stored execution ``execution_id`` (an ``Execution``), or None; ``.problem``
+        says what of its record cannot be read (None when it reads well)."""
         return find(execution_id)
 
     @classmethod
@@ -131,7 +142,8 @@ class Reactor(DeclaredReactor, verbs=True):
         ``Execution``, now ``"cancelled"``.
 
         Raises:
-            ExecutionStateError: it is running or has ended well; LookupError: unknown id.
+            ExecutionStateError: it is running or has ended well.
+            ExecutionNotFoundError: unknown id (a LookupError); TypeError: not a str.
         """
         return cancel(execution_id, reason)
 
@@ -143,7 +155,9 @@ class Reactor(DeclaredReactor, verbs=True):
         undone is in ``.outcome.rollback_failures``.
 
         Raises:
-            ExecutionStateError: it is running, or was undone already; LookupError: unknown id.
+            ExecutionStateError: it is running, or was undone already.
+            ExecutionNotFoundError: unknown id (a LookupError); TypeError: not a str.
+            CorruptRecordError: its stored record cannot be read.
         """
         return undo(execution_id)
 
@@ -153,7 +167,9 @@ class Reactor(DeclaredReactor, verbs=True):
         (``find(new).retry_of``); the new run's outcome.
 
         Raises:
-            ExecutionStateError: it has not ended; LookupError: unknown id.
+            ExecutionStateError: it has not ended.
+            ExecutionNotFoundError: unknown id (a LookupError); TypeError: not a str.
+            CorruptRecordError: its stored record cannot be read.
         """
         return retry(execution_id)
 

@@ -10,6 +10,8 @@ Every error the library raises or reports derives from :class:`ReactorError`::
     ├── DispatchError            a background execution could not be handed to its worker
     ├── AsyncUnitTimeoutError    a reader of an async unit's result gave up waiting for it
     ├── ExecutionStateError      an operation (cancel, undo, retry) does not apply to that status
+    ├── ExecutionNotFoundError   no execution with that id is stored (also LookupError)
+    ├── CorruptRecordError       a stored execution record cannot be read (not JSON, bad status)
     ├── ReactorNotImportableError  a worker cannot import an execution's reactor (also LookupError)
     ├── InterruptError           an interrupt could not pause (its correlation id taken or bad)
     │   └── InterruptTimeoutError      nobody resumed the run within the interrupt's ``timeout``
@@ -38,8 +40,10 @@ __all__ = [
     "AsyncUnitTimeoutError",
     "CoordinationError",
     "CoordinationKeyError",
+    "CorruptRecordError",
     "DefinitionError",
     "DispatchError",
+    "ExecutionNotFoundError",
     "ExecutionStateError",
     "HandoffRefusedError",
     "InputValidationError",
@@ -140,6 +144,38 @@ class ExecutionStateError(ReactorError):
     def __init__(self, message: str, *, status: str = "", reactor: str | None = None):
         super().__init__(message, reactor=reactor)
         self.status = status
+
+
+class ExecutionNotFoundError(ReactorError, LookupError):
+    """No execution with the id given is stored in the configured store: ``cancel``, ``undo``,
+    ``retry``, ``resume`` and ``wait`` by id raise it (``find`` answers None). A
+    ``LookupError`` too, as an unknown id always was. ``execution_id`` is the id asked for."""
+
+    def __init__(self, message: str, *, execution_id: str = "", reactor: str | None = None):
+        super().__init__(message, reactor=reactor)
+        self.execution_id = execution_id
+
+
+class CorruptRecordError(ReactorError):
+    """A stored execution record cannot be read: its context, outcome or trace is not what
+    py_reactor writes, or its status is not one of py_reactor's (a hand edit, another program
+    writing the same keys). ``wait()`` raises it instead of waiting for an end that cannot be
+    read; ``find()`` returns the execution with the same sentence as ``.problem``.
+
+    ``execution_id`` names the record, ``problem`` what is wrong with it.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        execution_id: str = "",
+        problem: str = "",
+        reactor: str | None = None,
+    ):
+        super().__init__(message, reactor=reactor)
+        self.execution_id = execution_id
+        self.problem = problem
 
 
 class ReactorNotImportableError(ReactorError, LookupError):

@@ -26,6 +26,7 @@ from py_reactor import (
 )
 from py_reactor.errors import (
     DefinitionError,
+    ExecutionNotFoundError,
     InputValidationError,
     InterruptError,
     InterruptTimeoutError,
@@ -154,8 +155,8 @@ def test_two_resumes_at_once_exactly_one_wins(key: str) -> None:
 
 
 def test_resume_refuses_unknown_ids_other_reactors_and_bad_calls(key: str) -> None:
-    with pytest.raises(ResumeError, match="no execution 'nope' is stored"):
-        r.Refund.resume("nope", approval())
+    with pytest.raises(ExecutionNotFoundError, match="no execution 'nope' is stored in"):
+        r.Refund.resume("nope", approval())  # one error for an unknown id, as cancel raises
     out = r.Refund.run(key=key)
     with pytest.raises(ResumeError, match=r"is a run of .*Refund, not of .*Timed"):
         r.Timed.resume(out.execution_id, {})

@@ -9,7 +9,7 @@ import pytest
 import redis
 
 from py_reactor import CancelledResult, Lock, configure, find, workers
-from py_reactor.errors import ExecutionStateError
+from py_reactor.errors import ExecutionNotFoundError, ExecutionStateError
 from py_reactor.storage import current_store
 from py_reactor.storage.executions import DUE_KEY, READY_KEY
 from py_reactor.transport import threads
@@ -63,7 +63,7 @@ def test_cancel_refuses_what_it_cannot_stop(key: str) -> None:
     assert stored.is_success
     with pytest.raises(ExecutionStateError, match="is completed, so it cannot be cancelled"):
         workers.cancel(stored.execution_id)
-    with pytest.raises(LookupError, match="no execution"):
+    with pytest.raises(ExecutionNotFoundError, match="no execution 'no-such-id' is stored in"):
         workers.cancel("no-such-id")
     failed = o.BgThree.run(key=key, fail=True).wait(timeout=10)
     assert failed.status == "failed"

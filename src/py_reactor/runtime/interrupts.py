@@ -29,9 +29,9 @@ from py_reactor.engine.context import Context
 from py_reactor.engine.results import DispatchedResult, Outcome
 from py_reactor.engine.serializer import dumps_context
 from py_reactor.engine.waiter import BLOCKING
-from py_reactor.errors import InputValidationError, ResumeError
+from py_reactor.errors import InputValidationError, ResumeError, SerializationError
 from py_reactor.runtime.drive import drive, revive
-from py_reactor.runtime.execution import finish
+from py_reactor.runtime.execution import checked_id, damaged, finish, not_found, problem_of
 from py_reactor.runtime.journal import StoredJournal
 from py_reactor.runtime.transport import Transport
 from py_reactor.states import Status
@@ -39,6 +39,9 @@ from py_reactor.storage import executions as stored_executions
 from py_reactor.storage.executions import ExecutionStore, StoredExecution
 
 __all__ = ["resume"]
+
+#: Every status a stored record may hold.
+_STATUSES = frozenset(Status)
 
 
 def resume(
@@ -62,11 +65,16 @@ def resume(
     ``"background"`` it goes on in a worker and a ``DispatchedResult`` is returned.
 
     Raises:
-        ResumeError: no such run, not paused at an interrupt (resumed already, cancelled, timed
-            out), or a run of another reactor than ``reactor``.
+        ExecutionNotFoundError: no execution ``execution_id`` is stored (a ``LookupError``).
+        ResumeError: no run paused with ``correlation_id``, the run is not paused at an
+            interrupt (resumed already, cancelled, timed out), or it is a run of another
+            reactor than ``reactor``.
+        CorruptRecordError: its stored record cannot be read (status or context).
         InputValidationError: the payload does not fit the interrupt's model.
-        TypeError: neither or both of ``execution_id`` and ``correlation_id``.
-        LookupError: the run's reactor class cannot be imported in this process.
+        TypeError: neither or both of ``execution_id`` and ``correlation_id``, or an id that
+            is not a str.
+        ReactorNotImportableError: the run's reactor class cannot be imported in this process
+            (a ``LookupError``).
     """
     if (execution_id is None) == (correlation_id is None):
         raise TypeError(
@@ -89,7 +97,11 @@ def resume(
                 reactor=name,
             )
     stored = _paused(executions, execution_id, reactor)
-    cls, context = revive(stored)
+    try:
+        cls, context = revive(stored)
+    except SerializationError:
+        why = problem_of(stored) or "its context cannot be read"
+        raise damaged(stored, why, "resumed") from None
     path = str(context.paused_at or (stored.waiting_on or {}).get("step") or "")
     decl = _interrupt_at(cls, path)
     value = _validated(decl, payload, cls, path)
@@ -137,9 +149,10 @@ def _run_here(
 def _paused(
     executions: ExecutionStore, execution_id: str, reactor: type[Reactor] | None
 ) -> StoredExecution:
+    checked_id(execution_id, "resume")
     stored = executions.load(execution_id)
     if stored is None:
-        raise ResumeError(f"no execution {execution_id!r} is stored", execution_id=execution_id)
+        raise not_found(executions, execution_id)
     if reactor is not None and reactor is not Reactor and stored.reactor != class_path(reactor):
         raise ResumeError(
             f"execution {execution_id} is a run of {stored.reactor}, not of "
@@ -149,6 +162,8 @@ def _paused(
             execution_id=execution_id,
             reactor=reactor.__qualname__,
         )
+    if stored.status not in _STATUSES:
+        raise damaged(stored, problem_of(stored) or f"its status is {stored.status!r}", "resumed")
     if stored.status != Status.PAUSED:
         raise _refusal(stored, stored.status)
     return stored

@@ -11,6 +11,11 @@ and a runner that claimed it before writes nothing more.
   cancelled, finished), its completed steps undone newest first as a rollback does, what it still
   holds given back; then status ``"cancelled"``. A run is undone once.
 * ``retry``: a new run of the same reactor with the same inputs, linked to the old one.
+
+An unknown id is ``ExecutionNotFoundError`` (a ``LookupError``), a non-str id a ``TypeError``.
+A record whose status is not a ``Status`` is ``CorruptRecordError`` for all three; one whose
+context cannot be read too for ``undo`` and ``retry`` (they need it), while ``cancel`` stops
+it all the same (the way to take a damaged run out of the workers' hands).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import time
 from typing import Any
 
 from py_reactor.config import get_config
+from py_reactor.dsl.reactor import Reactor
 from py_reactor.engine.compensation import undo_completed
 from py_reactor.engine.context import Context, running
 from py_reactor.engine.release import release_ledger
@@ -27,7 +33,15 @@ from py_reactor.engine.run import Run
 from py_reactor.engine.serializer import dumps_context, loads_context
 from py_reactor.errors import ExecutionStateError, ReactorError, SerializationError
 from py_reactor.runtime.drive import revive, start
-from py_reactor.runtime.execution import Execution, outcome_to_dict, snapshot
+from py_reactor.runtime.execution import (
+    Execution,
+    checked_id,
+    damaged,
+    not_found,
+    outcome_to_dict,
+    problem_of,
+    snapshot,
+)
 from py_reactor.runtime.transport import Transport
 from py_reactor.states import Status, TraceKind
 from py_reactor.storage import executions as stored_executions
@@ -49,6 +63,8 @@ UNDOABLE = (
     Status.COMPLETED,
     Status.HALTED,
 )
+#: Every status a stored record may hold.
+STATUSES = frozenset(Status)
 #: What ``retry`` accepts: a run that has ended, whichever way.
 RETRYABLE = (Status.COMPLETED, Status.HALTED, Status.FAILED, Status.ABORTED, Status.CANCELLED)
 
@@ -58,25 +74,35 @@ def cancel(execution_id: str, reason: str | None = None) -> Execution:
     results kept (``undo`` may follow).
 
     Raises:
-        LookupError: the store does not know ``execution_id``.
+        ExecutionNotFoundError: the store does not know ``execution_id`` (a ``LookupError``).
         ExecutionStateError: it is running (cancel it once it parks or ends), or has ended
             well or been cancelled already.
+        CorruptRecordError: its stored status is not one py_reactor writes.
+        TypeError: ``execution_id`` is not a str.
     """
-    executions, stored = _load(execution_id)
+    executions, stored = _load(execution_id, "cancel", "cancelled")
+    cls: type[Reactor] | None = None
+    first: Context | None
     try:
-        cls, context = revive(stored)
+        cls, first = revive(stored)
     except (LookupError, ReactorError):  # cancelled all the same; its holds lapse by their ttl
-        cls, context = None, Context(reactor=stored.reactor, inputs={}, execution_id=stored.id)
+        first = _readable(stored.context)
+    correlation = None if first is None else _index(first)
     epoch = _take(
-        executions, stored, Status.CANCELLED, CANCELLABLE, "cancelled", correlation=_index(context)
+        executions, stored, Status.CANCELLED, CANCELLABLE, "cancelled", correlation=correlation
     )
-    context = _taken(executions, stored.id, context)
+    text, context = _taken(executions, stored, first)
     why = reason or "cancelled"
+    if context is None:  # a damaged context is kept as it is, for people to see (.problem)
+        blank = Context(reactor=stored.reactor, inputs={}, execution_id=stored.id)
+        _write(executions, stored.id, epoch, text, CancelledResult(blank, reason=why))
+        return _found(executions, stored.id)
     if cls is not None:
         release_ledger(cls, context)
     context.status = Status.CANCELLED
     context.trace.append(_entry(TraceKind.CANCELLED, reason=why))
-    _write(executions, stored.id, epoch, context, CancelledResult(context, reason=why))
+    outcome = CancelledResult(context, reason=why)
+    _write(executions, stored.id, epoch, dumps_context(context), outcome)
     return _found(executions, stored.id)
 
 
@@ -88,17 +114,19 @@ def undo(execution_id: str) -> Execution:
     What could not be undone is in the outcome's ``rollback_failures`` (``find(id).outcome``).
 
     Raises:
-        LookupError: the store does not know ``execution_id``.
+        ExecutionNotFoundError: the store does not know ``execution_id`` (a ``LookupError``).
         ExecutionStateError: it is running, or was undone already.
-        LookupError: its reactor class cannot be imported here.
+        CorruptRecordError: its stored record cannot be read (status or context).
+        ReactorNotImportableError: its reactor class cannot be imported here (a LookupError).
+        TypeError: ``execution_id`` is not a str.
     """
-    executions, stored = _load(execution_id)
-    cls, context = revive(stored)  # before taking it: a class that is gone changes nothing
+    executions, stored = _load(execution_id, "undo", "undone")
+    cls, context = _revive(stored, "undone")  # before the take: a class gone changes nothing
     epoch = _take(
         executions, stored, Status.ROLLING_BACK, UNDOABLE, "undone",
         correlation=_index(context), once="undone",
     )  # fmt: skip
-    context = _taken(executions, stored.id, context)
+    context = _taken(executions, stored, context)[1] or context
     run = Run(cls.__py_reactor_name__, context, get_config().middleware)
     with running(context):
         release_ledger(cls, context)  # an aborted run's failed step may still hold its keys
@@ -107,7 +135,7 @@ def undo(execution_id: str) -> Execution:
     context.status = Status.CANCELLED
     context.trace.append(_entry(TraceKind.UNDONE, failures=len(run.rollback_failures)))
     outcome = CancelledResult(context, reason="undone", rollback_failures=run.rollback_failures)
-    _write(executions, stored.id, epoch, context, outcome)
+    _write(executions, stored.id, epoch, dumps_context(context), outcome)
     return _found(executions, stored.id)
 
 
@@ -117,25 +145,41 @@ def retry(execution_id: str, transport: Transport) -> Outcome:
     ``retry_of`` and the old record's ``retried_by`` link the two.
 
     Raises:
-        LookupError: the store does not know ``execution_id``, or its class cannot be imported.
+        ExecutionNotFoundError: the store does not know ``execution_id`` (a ``LookupError``).
         ExecutionStateError: it has not ended yet.
+        CorruptRecordError: its stored record cannot be read (status or context).
+        ReactorNotImportableError: its reactor class cannot be imported here (a LookupError).
+        TypeError: ``execution_id`` is not a str.
     """
-    executions, stored = _load(execution_id)
+    executions, stored = _load(execution_id, "retry", "retried")
     if stored.status not in RETRYABLE:
         raise _refusal(stored, "retried", RETRYABLE)
-    cls, context = revive(stored)
+    cls, context = _revive(stored, "retried")
     handoff = getattr(cls, "__py_reactor_handoff__", None)
     outcome = start(cls, context.inputs, transport=transport, handoff=handoff, retry_of=stored.id)
     executions.annotate(stored.id, retried_by=outcome.execution_id)
     return outcome
 
 
-def _load(execution_id: str) -> tuple[ExecutionStore, StoredExecution]:
+def _load(execution_id: str, where: str, verb: str) -> tuple[ExecutionStore, StoredExecution]:
+    """The stored record of ``execution_id``, for operation ``where`` (``"undo"``), whose
+    status is one py_reactor writes (no operation applies to another)."""
+    checked_id(execution_id, where)
     executions = stored_executions()
     stored = executions.load(execution_id)
     if stored is None:
-        raise LookupError(f"no execution {execution_id!r} is stored")
+        raise not_found(executions, execution_id)
+    if stored.status not in STATUSES:
+        raise damaged(stored, problem_of(stored) or f"its status is {stored.status!r}", verb)
     return executions, stored
+
+
+def _revive(stored: StoredExecution, verb: str) -> tuple[type[Reactor], Context]:
+    """``revive``, with a context that cannot be read reported as the record's damage."""
+    try:
+        return revive(stored)
+    except SerializationError:
+        raise damaged(stored, problem_of(stored) or "its context cannot be read", verb) from None
 
 
 def _take(
@@ -151,24 +195,31 @@ def _take(
     epoch, previous = executions.take(
         stored.id, status, allowed, correlation=correlation, once=once
     )
-    if epoch == -1:
-        raise LookupError(f"no execution {stored.id!r} is stored")
+    if epoch == -1:  # removed since it was loaded
+        raise not_found(executions, stored.id)
     if epoch == 0:
         raise _refusal(stored, verb, allowed, previous)
     return epoch
 
 
-def _taken(executions: ExecutionStore, execution_id: str, context: Context) -> Context:
-    """The context as stored when the take succeeded: a worker may have run the execution
-    further between the first load and the take (the take stops that, not what came before).
-    ``context`` (the first load's) if it cannot be read now."""
-    stored = executions.load(execution_id)
-    if stored is None:  # pragma: no cover - it was just taken
-        return context
+def _taken(
+    executions: ExecutionStore, stored: StoredExecution, first: Context | None
+) -> tuple[str, Context | None]:
+    """The context as stored when the take succeeded, as text and read: a worker may have run
+    the execution further between the first load and the take (the take stops that, not what
+    came before). ``first`` (the first load's) if it cannot be read now; None if neither
+    could be read."""
+    now = executions.load(stored.id)
+    text = stored.context if now is None else now.context
+    return text, _readable(text) or first
+
+
+def _readable(text: str) -> Context | None:
+    """The context ``text`` holds, or None when it cannot be read."""
     try:
-        return loads_context(stored.context)
+        return loads_context(text)
     except SerializationError:
-        return context
+        return None
 
 
 def _index(context: Context) -> tuple[str, str] | None:
@@ -201,22 +252,18 @@ def _write(
     executions: ExecutionStore,
     execution_id: str,
     epoch: int,
-    context: Any,
+    text: str,
     outcome: CancelledResult,
 ) -> None:
     executions.checkpoint(
-        execution_id,
-        epoch,
-        dumps_context(context),
-        Status.CANCELLED,
-        outcome=outcome_to_dict(outcome),
+        execution_id, epoch, text, Status.CANCELLED, outcome=outcome_to_dict(outcome)
     )
 
 
 def _found(executions: ExecutionStore, execution_id: str) -> Execution:
     stored = executions.load(execution_id)
     if stored is None:  # pragma: no cover - it was just written
-        raise LookupError(f"no execution {execution_id!r} is stored")
+        raise not_found(executions, execution_id)
     return snapshot(stored)
 
 

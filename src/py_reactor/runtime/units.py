@@ -10,6 +10,7 @@ from py_reactor.dsl.registry import class_path
 from py_reactor.engine.context import Context, Status
 from py_reactor.engine.results import FailureResult, Outcome
 from py_reactor.engine.serializer import dumps_context
+from py_reactor.errors import CorruptRecordError
 from py_reactor.observability.propagation import dispatching
 from py_reactor.runtime.execution import ended, finish
 from py_reactor.runtime.execution import wait as wait_for
@@ -40,6 +41,8 @@ class StoreUnits:
             return None
         except LookupError as exc:
             return _gone(execution_id, exc)
+        except CorruptRecordError as exc:  # its end cannot be read: the reader fails, saying so
+            return _unreadable(execution_id, exc)
 
     def finish(self, execution_id: str, timeout: float | None) -> Outcome:
         return finish(execution_id, timeout)
@@ -55,6 +58,17 @@ def _gone(execution_id: str, exc: LookupError) -> FailureResult:
     return FailureResult(
         Context(reactor="?", inputs={}, execution_id=execution_id),
         error=f"the async unit's execution {execution_id} is no longer stored ({exc})",
+        step_name=None,
+        reactor_name="?",
+    )
+
+
+def _unreadable(execution_id: str, exc: CorruptRecordError) -> FailureResult:
+    """A unit whose stored record cannot be read: its reader fails with the record's problem
+    (waiting on could never read how it ended)."""
+    return FailureResult(
+        Context(reactor="?", inputs={}, execution_id=execution_id),
+        error=exc,
         step_name=None,
         reactor_name="?",
     )

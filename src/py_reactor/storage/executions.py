@@ -37,6 +37,9 @@ __all__ = ["ExecutionStore", "StoredExecution"]
 DUE_KEY, READY_KEY, INDEX_KEY, LEASES_KEY = keys.DUE, keys.READY, keys.INDEX, keys.LEASES
 record_key = keys.execution
 
+#: Every status a record may hold (a record with another one cannot be read).
+_STATUSES = frozenset(Status)
+
 
 @dataclass(frozen=True, slots=True)
 class StoredExecution:
@@ -108,14 +111,21 @@ class ExecutionStore:
         if not raw:
             return None
         problems: list[str] = []
-        if "context" not in raw:
+        if not raw.get("context"):
             problems.append("the record has no context")
+        status = raw.get("status", "")
+        if status not in _STATUSES:
+            problems.append(
+                f"its status {status!r} is not one py_reactor writes ({', '.join(Status)})"
+                if status
+                else "the record has no status"
+            )
         waiting_on = _json(raw.get("waiting_on"), "waiting_on", problems)
         outcome = _json(raw.get("outcome"), "outcome", problems)
         return StoredExecution(
             id=raw.get("id", execution_id),
             reactor=raw.get("reactor", "?"),
-            status=raw.get("status", Status.FAILED),
+            status=status,
             context=raw.get("context", ""),
             epoch=_int(raw.get("epoch"), "epoch", problems),
             parks=_int(raw.get("parks"), "parks", problems),
@@ -388,6 +398,8 @@ def _ms(seconds: float) -> int:
 
 
 def _json(text: str | None, field: str, problems: list[str]) -> dict[str, Any] | None:
+    """The JSON object stored in ``field`` (None when empty); what else is there is a
+    problem of the record, never read as "nothing stored"."""
     if not text:
         return None
     try:
@@ -395,7 +407,14 @@ def _json(text: str | None, field: str, problems: list[str]) -> dict[str, Any] |
     except ValueError:
         problems.append(f"its {field} is not JSON")
         return None
-    return value if isinstance(value, dict) else None
+    if not isinstance(value, dict):
+        problems.append(f"its {field} is not a JSON object (it is {_JSON_KINDS[type(value)]})")
+        return None
+    return value
+
+
+_JSON_KINDS = {list: "an array", str: "a string", int: "a number", float: "a number",
+               bool: "a boolean", type(None): "null"}  # fmt: skip
 
 
 def _int(text: str | None, field: str, problems: list[str]) -> int:
