@@ -174,6 +174,9 @@ GARBAGE_OUTCOME = st.one_of(
 GARBAGE_STATUS = st.text(max_size=20).filter(lambda s: s not in _STATUSES)
 _BAD_ENTRY = st.one_of(
     _JSON.filter(lambda value: not isinstance(value, dict)),
+    st.text(max_size=10)
+    .filter(lambda kind: kind not in _KINDS)
+    .map(lambda kind: {"type": kind, "step": "a", "started_at": 1.0}),
     st.dictionaries(st.text(max_size=6), _JSON, max_size=3).filter(
         lambda entry: entry.get("type") not in _KINDS
     ),
@@ -256,6 +259,25 @@ def test_a_trace_that_cannot_be_read_is_a_problem(
     document["context"]["trace"] = garbage
     problem = _damaged(raw, completed, "context", json.dumps(document))
     assert "trace" in problem
+
+
+@pytest.mark.parametrize(
+    ("entry", "said"),
+    [
+        ({"type": "banana", "step": "a"}, "has type 'banana', not a trace kind"),
+        ({"type": "run", "step": 5}, "names step 5, not text"),
+        ({"type": "run", "step": "a", "started_at": "noon"}, "has started_at 'noon'"),
+    ],
+    ids=["unknown-kind", "step-not-text", "time-not-a-number"],
+)
+def test_a_trace_entry_py_reactor_does_not_write_is_named(
+    completed: str, raw: redis.Redis, entry: dict[str, Any], said: str
+) -> None:
+    document = json.loads(raw.hget(record_key(completed), "context") or "")
+    document["context"]["trace"].append(entry)
+    number = len(document["context"]["trace"])
+    problem = _damaged(raw, completed, "context", json.dumps(document))
+    assert f"its trace entry {number} {said}" in problem
 
 
 def test_a_sound_record_has_no_problem(completed: str) -> None:
