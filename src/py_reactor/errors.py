@@ -210,9 +210,10 @@ class InterruptTimeoutError(InterruptError):
 
 
 class ResumeError(ReactorError):
-    """``Reactor.resume`` found no run to resume: the id (or correlation id) is unknown, the run
-    is not paused at an interrupt (resumed already, cancelled, timed out), or it is a run of
-    another reactor. ``status`` is the run's status ("" when none was found)."""
+    """``Reactor.resume`` found no run to resume: no run is paused with the correlation id, the
+    run is not paused at an interrupt (resumed already, cancelled, timed out), or it is a run of
+    another reactor. ``status`` is the run's status ("" when none was found). An unknown
+    execution id is :class:`ExecutionNotFoundError`, as for every operation by id."""
 
     def __init__(
         self,
