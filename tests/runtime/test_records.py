@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import py_reactor
-from py_reactor import FailureResult, Status, TraceKind, configure, find, workers
+from py_reactor import FailureResult, HaltedResult, Status, TraceKind, configure, find, workers
 from py_reactor.errors import (
     CorruptRecordError,
     ExecutionNotFoundError,
@@ -154,7 +154,7 @@ def _not_an_object(text: str) -> bool:
 
 #: Wrong values for the typed fields of a stored outcome (None is allowed for each).
 _WRONG_FIELD = st.one_of(
-    st.tuples(st.sampled_from(["error", "reason", "exception_class", "step_name"]),
+    st.tuples(st.sampled_from(["error", "exception_class", "step_name"]),
               st.integers() | st.lists(st.integers(), max_size=2)),
     st.tuples(st.sampled_from(["rollback_failures", "validation_errors"]),
               st.integers() | st.text(max_size=5)),
@@ -287,6 +287,20 @@ def test_a_sound_record_has_no_problem(completed: str) -> None:
     assert found.status == "completed"
     assert found.trace
     assert found.outcome is not None
+
+
+def test_a_halt_reason_is_read_as_the_user_gave_it_not_as_damage(
+    completed: str, raw: redis.Redis
+) -> None:
+    """``Halt(reason)`` stores what the user passed; a reason that is not text is no damage."""
+    outcome = {"status": "halted", "reason": {"code": 42}, "step_name": "b"}
+    raw.hset(record_key(completed), mapping={"status": "halted", "outcome": json.dumps(outcome)})
+    found = find(completed)
+    assert found is not None
+    assert found.problem is None
+    halted = workers.wait(completed, timeout=5)
+    assert isinstance(halted, HaltedResult)
+    assert halted.reason == str({"code": 42})
 
 
 def test_a_completed_record_without_an_outcome_is_a_problem(

@@ -338,10 +338,10 @@ def _sentence(stored: StoredExecution, problems: list[str]) -> str:
 #: Trace kinds and ends, as strings (a stored value is compared before it is trusted).
 _TRACE_KINDS = frozenset(kind.value for kind in TraceKind)
 _ENDS = frozenset(status.value for status in TERMINAL)
-#: Fields of a stored outcome and the JSON kinds each may hold (None is always allowed).
+#: Fields of a stored outcome and the JSON kinds each may hold (None is always allowed). A
+#: halt's ``reason`` is not among them: it is the user's value, stored as given.
 _OUTCOME_FIELDS: dict[str, tuple[type, ...]] = {
     "error": (str,),
-    "reason": (str,),
     "exception_class": (str,),
     "step_name": (str,),
     "reactor_name": (str,),
