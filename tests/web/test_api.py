@@ -22,6 +22,7 @@ from starlette.applications import Starlette
 from starlette.routing import Mount
 
 from py_reactor import Lock, Semaphore
+from py_reactor.storage.executions import record_key
 from py_reactor.web import app
 from py_reactor.web._csrf import COOKIE, Tokens
 from py_reactor.web.cli import add_dashboard_command, run_dashboard
@@ -158,6 +159,25 @@ def test_a_completed_execution_shows_its_step_results_and_coordination(key: str)
     html = c.get(f"/executions/{done.execution_id}").text
     assert "reserved 3" in section(html, "timeline")
     assert "300" in section(html, "outcome")
+
+
+def test_a_damaged_record_shows_its_problem_and_offers_no_undo_or_retry(
+    key: str, raw: redis.Redis
+) -> None:
+    """A completed run whose stored context is not JSON is not shown as a run where "nothing
+    has run yet" with Undo and Retry buttons: its detail says what cannot be read, and offers
+    nothing that would have to read it."""
+    done = r.Charge.run(key=key, amount=3)
+    assert done.wait(timeout=10).value == 300
+    raw.hset(record_key(done.execution_id), "context", "{this is not json")
+    c = client(app(auth=lambda request: True))
+    detail = c.get(f"/api/executions/{done.execution_id}").json()
+    assert "cannot be read" in detail["problem"]
+    assert "undo" not in detail["actions"]
+    assert "retry" not in detail["actions"]
+    html = c.get(f"/executions/{done.execution_id}").text
+    assert "Nothing has run yet" not in html
+    assert "The stored record cannot be read" in section(html, "timeline")
 
 
 # -- parked and held ----------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from py_reactor.runtime import operations
-from py_reactor.runtime.execution import TERMINAL
+from py_reactor.runtime.execution import TERMINAL, problem_of
 from py_reactor.states import Status
 from py_reactor.storage.executions import ExecutionStore, StoredExecution
 from py_reactor.storage.inspect import Inspector
@@ -156,7 +156,9 @@ def execution_detail(store: RedisStore, execution_id: str) -> dict[str, Any] | N
             for h in coordination(store)["holds"]
             if h["execution_id"] == stored.id and (h["primitive"], h["key"]) not in listed
         ]
+    problem = problem_of(stored)  # the context, outcome, status or trace cannot be read
     detail.update(
+        problem=problem,
         inputs={} if context is None else dict(context.inputs),
         results={} if context is None else dict(context.results),
         trace=[] if context is None else list(context.trace),
@@ -169,7 +171,9 @@ def execution_detail(store: RedisStore, execution_id: str) -> dict[str, Any] | N
         actions=[
             name
             for name, accepted in ACTIONS.items()
-            if stored.status in accepted and not (name == "undo" and stored.undone)
+            if stored.status in accepted
+            and not (name == "undo" and stored.undone)
+            and (problem is None or name == "cancel")  # a damaged record can only be stopped
         ],
     )
     return detail
