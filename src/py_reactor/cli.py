@@ -156,7 +156,8 @@ def _worker(args: argparse.Namespace) -> int:
         from py_reactor.workers.celery import app
     except ImportError as exc:
         raise CommandError(
-            f'Celery is not installed (pip install "py_reactor[celery]"): {exc}'
+            'Celery is not installed (pip install -e ".[celery]" in your py_reactor checkout): '
+            f"{exc}"
         ) from None
     import_modules(args.modules)
 

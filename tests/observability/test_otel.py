@@ -649,4 +649,4 @@ def test_without_opentelemetry_installed_background_runs_and_logging_work(redis_
     assert completed.returncode == 0, completed.stderr
     report = json.loads(completed.stdout.strip().splitlines()[-1])
     assert report["ok"] is True
-    assert 'pip install "py_reactor[otel]"' in report["refused"]
+    assert 'pip install -e ".[otel]"' in report["refused"]

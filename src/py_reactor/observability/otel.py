@@ -1,6 +1,6 @@
 """OpenTelemetry spans for reactors, steps, rollback, dispatch and parks, built from events.
 
-``configure(middleware=[OpenTelemetryMiddleware()])`` (``pip install "py_reactor[otel]"``) turns
+``configure(middleware=[OpenTelemetryMiddleware()])`` (the ``otel`` extra) turns
 the lifecycle events of every execution into spans on the application's tracer provider::
 
     reactor Checkout                      (an execution's run in this process)
@@ -39,7 +39,7 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(
         "py_reactor.observability.otel needs OpenTelemetry, which is not installed: "
-        f'pip install "py_reactor[otel]" ({exc})'
+        f'pip install -e ".[otel]" in your py_reactor checkout ({exc})'
     ) from exc
 
 from py_reactor.config import get_config

@@ -29,7 +29,8 @@ class _CeleryMissing:
     def dispatch(self, reactor: type[Reactor], context: Context) -> None:
         raise DispatchError(
             f"{reactor.__qualname__} cannot be sent to Celery: configure(worker='celery') needs "
-            f'Celery installed (pip install "py_reactor[celery]"); importing it failed: '
+            'Celery installed (pip install -e ".[celery]" in your py_reactor checkout); '
+            "importing it failed: "
             f"{self.problem}"
         )
 

@@ -27,6 +27,6 @@ def __getattr__(name: str) -> Any:
             raise
         raise ImportError(
             f"the py_reactor dashboard needs the 'web' extra ({exc.name} is not installed): "
-            "pip install 'py_reactor[web]'"
+            "pip install -e '.[web]' in your py_reactor checkout"
         ) from exc
     return app

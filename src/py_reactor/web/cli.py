@@ -65,7 +65,8 @@ def run_dashboard(args: argparse.Namespace) -> int:
         from py_reactor.web import app
     except ImportError as exc:
         print(
-            f"py-reactor dashboard: {exc}; install it with: pip install 'py_reactor[web]'",
+            f"py-reactor dashboard: {exc}; install it with: pip install -e '.[web]' in your "
+            "py_reactor checkout",
             file=sys.stderr,
         )
         return 2
