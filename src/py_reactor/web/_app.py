@@ -24,7 +24,7 @@ from py_reactor.states import Status
 from py_reactor.views import coordination as _coordination
 from py_reactor.views import declared as _declared
 from py_reactor.views import executions as _executions
-from py_reactor.web import _actions
+from py_reactor.web import _actions, _metrics
 from py_reactor.web._csrf import FIELD
 from py_reactor.web._dashboard import JSON, Auth, Dashboard, set_cookie
 
@@ -70,6 +70,11 @@ def app(
     if page_size < 1:
         raise ValueError(f"app(page_size=...) takes a whole number >= 1, got {page_size!r}")
     dash = Dashboard(redis_url, auth, csrf_secret, refresh, page_size, title)
+    metrics = _metrics.Metrics(dash.store)  # this app's own registry: apps never clash
+
+    def _metrics_scrape(dash: Dashboard, request: Request) -> Response:
+        return metrics.response(request)
+
     routes = [
         Route("/", _endpoint(dash, _executions_page), name="executions"),
         Route("/executions/{execution_id}", _endpoint(dash, _execution_page), name="execution"),
@@ -92,6 +97,8 @@ def app(
         Route("/api/parked", _endpoint(dash, _api_parked)),
         Route("/api/reactors/{path:path}", _endpoint(dash, _api_reactor)),
         Route("/api/csrf", _endpoint(dash, _api_csrf)),
+        # Prometheus text format, read like the API: without auth (see _metrics).
+        Route("/metrics", _endpoint(dash, _metrics_scrape), name="metrics"),
     ]
     return Starlette(debug=debug, routes=routes)
 
