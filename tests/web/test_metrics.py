@@ -8,6 +8,7 @@ holds, which have no namespace, are compared before and after.
 from __future__ import annotations
 
 import importlib
+import subprocess
 import sys
 import textwrap
 import time
@@ -180,6 +181,45 @@ def test_an_unreachable_store_is_a_503_that_names_it() -> None:
     reply = client(app(redis_url=url)).get("/metrics")
     assert reply.status_code == 503
     assert "unreachable" in reply.text
+
+
+def test_openmetrics_is_served_when_the_scraper_asks_for_it() -> None:
+    """A scraper that accepts OpenMetrics gets it (its content type, its ``# EOF`` end)."""
+    reply = client(app()).get(
+        "/metrics", headers={"accept": "application/openmetrics-text; version=1.0.0"}
+    )
+    assert reply.status_code == 200
+    assert reply.headers["content-type"].startswith("application/openmetrics-text")
+    assert reply.text.endswith("# EOF\n")
+    assert "# TYPE py_reactor_executions gauge" in reply.text
+
+
+def test_without_prometheus_client_the_pages_work_and_metrics_is_a_501(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The dashboard does not need prometheus-client for its pages; /metrics says what to
+    install."""
+    for name in ("prometheus_client", "prometheus_client.exposition"):
+        monkeypatch.setitem(sys.modules, name, None)
+    c = client(app())
+    assert c.get("/api/executions").status_code == 200
+    reply = c.get("/metrics")
+    assert reply.status_code == 501
+    assert "pip install 'py_reactor[web]'" in reply.text
+
+
+def test_building_the_app_does_not_import_prometheus_client() -> None:
+    """prometheus-client loads on the first scrape, not when the dashboard is built."""
+    code = (
+        "import sys\n"
+        "from py_reactor.web import app\n"
+        "app()\n"
+        "print('prometheus_client' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert out.stdout == "False\n"
 
 
 @pytest.mark.parametrize(

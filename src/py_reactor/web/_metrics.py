@@ -166,7 +166,7 @@ class Metrics:
 
             registry = self.registry()
         except ImportError as exc:
-            if exc.name not in ("prometheus_client",):
+            if (exc.name or "").partition(".")[0] != "prometheus_client":
                 raise
             return PlainTextResponse(
                 "/metrics needs prometheus-client, part of the 'web' extra: "
