@@ -1,7 +1,8 @@
 """The dashboard: executions, their traces and holds, live coordination state, and actions.
 
 ``py_reactor.web.app(...)`` builds a Starlette ASGI app (JSON API under ``/api``, HTML pages at
-``/``, ``/executions/{id}``, ``/coordination`` and ``/reactors/{path}``); ``py-reactor
+``/``, ``/executions/{id}``, ``/coordination`` and ``/reactors/{path}``, Prometheus metrics at
+``/metrics``); ``py-reactor
 dashboard`` serves it with uvicorn (``py_reactor.web.cli``). Both need the ``web`` extra.
 Starlette is imported on first use of ``app``, so ``import py_reactor`` (and the command line,
 which registers the ``dashboard`` command) never imports it; see ``docs/operations.md``.
