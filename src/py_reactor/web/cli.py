@@ -26,7 +26,10 @@ def add_dashboard_command(subparsers: Any) -> argparse.ArgumentParser:
         "(needs py_reactor[web])",
         description="Serve the py_reactor dashboard (an ASGI app) with uvicorn.",
     )
-    command.add_argument("--redis-url", help="the store to show (default: the embedded server)")
+    command.add_argument(
+        "--redis-url",
+        help="the store to show (default: $PY_REACTOR_REDIS_URL, then the embedded server)",
+    )
     command.add_argument("--host", default="127.0.0.1", help="address to bind (127.0.0.1)")
     command.add_argument("--port", type=int, default=8000, help="port to listen on (8000)")
     command.add_argument(
