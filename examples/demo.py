@@ -17,6 +17,9 @@ Six scenes show what the engine does:
 In parts 4 and 5 the lines about one lock are printed in fencing-token order (see ``Narrator``):
 each holder's "released" comes before the next holder's "taken", as it happened.
 
+Its scenes are numbered 1-6; ``py-reactor demo``, which ``scripts/demo.sh`` runs first, letters
+its own A-C, so no two scenes of the tour share a label.
+
 Run it with ``python examples/demo.py``.
 """
 
@@ -243,6 +246,11 @@ def show(title: str, **inputs: Any) -> None:
 
 
 def main() -> None:
+    print(
+        "py_reactor saga tour (examples/demo.py): scenes 1-6, a trip booked as a saga in this "
+        "process.\nEach line is what the engine reports as it happens: a step done (ok), "
+        "retried, failed or undone, a lock taken or released, a run parked."
+    )
     configure(middleware=[Narrator()])
     GATEWAY["timeouts_left"] = 1
     show(

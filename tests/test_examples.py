@@ -108,6 +108,17 @@ def test_demo_shows_success_retry_and_rollback(demo_output: str) -> None:
     assert "card: Input should be a valid string" in out
 
 
+def test_demo_numbers_its_scenes_1_to_6_and_shows_clean_keys(demo_output: str) -> None:
+    """The tour says what it is, numbers its scenes 1-6 (``py-reactor demo``, run before it by
+    scripts/demo.sh, letters its own A-C: tests/test_demo.py), and its keys carry no pid or
+    timestamp suffix."""
+    assert demo_output.startswith("py_reactor saga tour (examples/demo.py): scenes 1-6")
+    headings = re.findall(r"^== (\S+)\. ", demo_output, flags=re.MULTILINE)
+    assert headings == ["1", "2", "3", "4", "5", "6"], headings
+    keys = set(re.findall(r"\b(?:card|traveller):\S*\w", demo_output))
+    assert keys == {"traveller:dee", "card:5555", "card:7777"}, keys
+
+
 def test_demo_serializes_two_bookings_for_one_traveller_with_a_lock(demo_output: str) -> None:
     """In part 4 the second booking takes the traveller lock only after the first confirmed."""
     part = _part(demo_output, 4)

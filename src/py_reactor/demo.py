@@ -4,15 +4,20 @@ Three scenes, each on executions dispatched to a worker (the in-process thread w
 embedded store by default; with ``--redis-url URL --workers N``, Celery worker processes the
 demo starts itself):
 
-1. **Serialized on one key, parallel everywhere else.** Four checkouts share one card. Only
+A. **Serialized on one key, parallel everywhere else.** Four checkouts share one card. Only
    their ``charge`` step is locked on the card, so the charges run one at a time while the
    reservations and shipments of all four overlap. A checkout that finds the card busy
    *parks* (no thread waits) and the release wakes it.
-2. **Parked, then resumed on release.** The demo itself holds a card's lock; a checkout on
+B. **Parked, then resumed on release.** The demo itself holds a card's lock; a checkout on
    that card parks at ``charge`` (status ``waiting``, ``waiting_on`` names the key); the moment
    the demo lets go, the checkout is woken and completes.
-3. **A compensation under the lock.** A declined card fails ``charge``: its ``compensate`` runs
+C. **A compensation under the lock.** A declined card fails ``charge``: its ``compensate`` runs
    while the step still holds the card's lock, then the reservation is undone.
+
+The scenes are lettered A-C so they never read as the numbered scenes of ``examples/demo.py``,
+which ``scripts/demo.sh`` runs next. A checkout is shown "running charge" only while the card's
+lock is held by it (asked of the lock itself); before that it is "waiting for the lock" or
+"parked on the lock", so the table never shows two charges at once.
 
 The reactors live here, at module level, so Celery workers import them by ``module:qualname``.
 """
@@ -25,7 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -41,6 +46,8 @@ __all__ = ["STEPS", "Checkout", "main", "run_demo"]
 
 #: Seconds each step of a checkout works (long enough to watch).
 WORK = 0.4
+#: Seconds a parked checkout waits before it tries again unwoken (the release wakes it sooner).
+PARK_DELAY = 5.0
 #: The checkout's steps, in order.
 STEPS = ("reserve", "charge", "ship")
 #: Why ``--workers`` is refused without a server, and what to do.
@@ -50,11 +57,12 @@ WORKERS_NEED_URL = (
 )
 
 
-def _card_key(args: Any) -> str:
-    return f"demo:card:{args['card']}"
+def card_key(args: Any) -> str:
+    """The lock key of a card, e.g. ``card:4242``: the same for every checkout on that card."""
+    return f"card:{args['card']}"
 
 
-@with_lock(_card_key, ttl=30)
+@with_lock(card_key, ttl=30)
 class Charge(Step):
     """Charge the card: one charge per card at a time; a card ending in 0000 is declined."""
 
@@ -101,19 +109,37 @@ class Checkout(Reactor):
 # -- showing what happens -----------------------------------------------------------------
 
 
-def describe(found: Execution | None) -> tuple[str, str]:
-    """``(status, detail)`` of one execution, as the demo shows it."""
-    if found is None:
-        return Status.PENDING, ""
+def describe(
+    found: Execution | None, owners: Mapping[str, str | None], held: set[str]
+) -> tuple[str, str]:
+    """``(status, detail)`` of one execution, as the demo shows it.
+
+    ``owners``: who holds each card's lock right now (asked of the lock); ``held``: the
+    executions seen holding their card's lock so far (added to here). A checkout at ``charge``
+    is "running" only while it holds the lock: before, it only tries to take it.
+    """
+    if found is None or found.status == Status.PENDING:
+        return Status.PENDING, "queued for the worker"
     if found.status == Status.WAITING and found.waiting_on:
         on = found.waiting_on
-        return "parked", f"at {on['step']} on {on['primitive']} {on['key']}"
+        return "parked", (
+            f"on the {on['primitive']} {on['key']} at {on['step']} (no thread waits; "
+            "the release wakes it)"
+        )
     if found.status == Status.RUNNING:
         step_now = next((s for s in STEPS if s not in found.results), "")
-        return Status.RUNNING, step_now
+        if step_now != "charge":
+            return Status.RUNNING, step_now
+        key = card_key(found.inputs)
+        if owners.get(key) == found.execution_id:
+            held.add(found.execution_id)
+            return Status.RUNNING, f"charge, holding the lock {key}"
+        if found.execution_id in held:  # let go; its result is not stored yet
+            return Status.RUNNING, f"charge done, the lock {key} released"
+        return "waiting", f"for the lock {key} (to run charge)"
     if found.status == Status.FAILED and found.outcome is not None:
         return Status.FAILED, f"at {getattr(found.outcome, 'step_name', '')}: {found.outcome.error}"
-    return found.status, ", ".join(s for s in STEPS if s in found.results)
+    return found.status, "ran " + ", ".join(s for s in STEPS if s in found.results)
 
 
 class Display:
@@ -122,6 +148,7 @@ class Display:
     def __init__(self, title: str, live: bool) -> None:
         self.title = title
         self.last: dict[str, tuple[str, str]] = {}
+        self.held: set[str] = set()
         self._live: Any = None
         if live:
             try:
@@ -141,18 +168,25 @@ class Display:
             self._live.__exit__(*exc)
 
     def show(self, rows: dict[str, Execution | None]) -> None:
-        now = {label: describe(found) for label, found in rows.items()}
+        keys = {card_key(found.inputs) for found in rows.values() if found is not None}
+        owners = {key: Lock(key).state().owner for key in keys}
+        now = {label: describe(found, owners, self.held) for label, found in rows.items()}
         if self._live is not None:
             from rich.table import Table
 
-            table = Table("execution", "status", "where")
+            table = Table("checkout", "status", "where")
             for label, (status, detail) in now.items():
                 table.add_row(label, status, detail)
             self._live.update(table)
         else:
-            for label, state in now.items():
-                if self.last.get(label) != state:
-                    print(f"   {label:<10} {state[0]:<9} {state[1]}".rstrip())
+            changed = [
+                (label, state) for label, state in now.items() if self.last.get(label) != state
+            ]
+            # Who let go of a lock is printed before who took it: read top to bottom, no two
+            # checkouts are ever shown holding one lock.
+            changed.sort(key=lambda row: "holding the lock" in row[1][1])
+            for label, (status, detail) in changed:
+                print(f"   {label:<14} {status:<9} {detail}".rstrip())
         self.last = now
 
 
@@ -164,7 +198,7 @@ def watch(display: Display, ids: dict[str, str], until: Callable[[], bool]) -> N
         if until() or time.monotonic() > deadline:
             display.show({label: find(execution_id) for label, execution_id in ids.items()})
             return
-        time.sleep(0.1)
+        time.sleep(0.05)
 
 
 def ended(ids: Sequence[str]) -> Callable[[], bool]:
@@ -199,37 +233,41 @@ def overlaps(spans: list[tuple[float, float]]) -> int:
 # -- the scenes -----------------------------------------------------------------------------
 
 
-def scene_serialized(live: bool, tag: str) -> dict[str, Any]:
+def scene_serialized(live: bool) -> dict[str, Any]:
     """Four checkouts on one card: charges one at a time, the rest in parallel."""
-    card = f"4242-{tag}"
+    card = "4242"
     started = time.monotonic()
     outs = {f"order-{n}": Checkout.run(order=f"order-{n}", card=card) for n in range(1, 5)}
     ids = {label: out.execution_id for label, out in outs.items()}
-    with Display("1. four checkouts share one card: only `charge` is locked on it", live) as d:
+    title = f"A. Four checkouts pay with one card: only their charge step is locked, on card:{card}"
+    with Display(title, live) as d:
         watch(d, ids, ended(list(ids.values())))
     took = time.monotonic() - started
     charges = [_inside(i) for i in ids.values()]
     others = [_windows(i, s) for i in ids.values() for s in ("reserve", "ship")]
     parked = sum(1 for i in ids.values() if _parked(i))
     print(
-        f"   charges overlapping: {overlaps(charges)}; reserve/ship steps overlapping: "
-        f"{overlaps(others)} pairs; parked at charge: {parked}; all done in {took:.1f} s "
-        f"(the whole checkout locked would take about {4 * 3 * WORK:.1f} s)"
+        f"   charges overlapping: {overlaps(charges)} (one at a time); pairs of reserve/ship "
+        f"steps overlapping: {overlaps(others)}; checkouts that parked: {parked}; all done in "
+        f"{took:.1f} s (with the whole checkout locked: about {4 * 3 * WORK:.1f} s)"
     )
     return {"charge_overlaps": overlaps(charges), "other_overlaps": overlaps(others),
             "parked": parked, "ids": list(ids.values())}  # fmt: skip
 
 
-def scene_parked(live: bool, tag: str) -> dict[str, Any]:
+def scene_parked(live: bool) -> dict[str, Any]:
     """The demo holds a card's lock; a checkout parks at charge; the release wakes it."""
-    card = f"5555-{tag}"
-    with Display("2. the demo holds the card: the checkout parks, the release wakes it", live) as d:
-        with Lock(f"demo:card:{card}", ttl=30, wait=5):
-            out = Checkout.run(order="order-vip", card=card)
-            ids = {"order-vip": out.execution_id}
+    card = "1881"
+    key = card_key({"card": card})
+    title = f"B. The demo itself holds {key}: a checkout parks at charge, the release wakes it"
+    with Display(title, live) as d:
+        with Lock(key, ttl=30, wait=5):
+            out = Checkout.run(order="order-5", card=card)
+            ids = {"order-5": out.execution_id}
             watch(d, ids, lambda: (f := find(out.execution_id)) is not None
                   and f.status == Status.WAITING)  # fmt: skip
             time.sleep(0.5)
+            print(f"   (the demo releases {key})")
             released = time.monotonic()
         watch(d, ids, ended([out.execution_id]))
     resumed = _inside(out.execution_id)[0]
@@ -237,25 +275,31 @@ def scene_parked(live: bool, tag: str) -> dict[str, Any]:
     assert found is not None
     wall = time.time() - (time.monotonic() - released)
     print(
-        f"   released the card; the checkout's charge started {max(0.0, resumed - wall) * 1000:.0f}"
-        f" ms later (woken by the release, not by its 5 s timer); status {found.status}"
+        f"   its charge started {max(0.0, resumed - wall) * 1000:.0f} ms after the release: "
+        f"woken by the release, not by its {PARK_DELAY:g} s retry timer; status {found.status}"
     )
     return {"status": found.status, "parks": found.parks, "id": out.execution_id}
 
 
-def scene_compensation(live: bool, tag: str) -> dict[str, Any]:
+def scene_compensation(live: bool) -> dict[str, Any]:
     """A declined card: compensate runs under the card's lock, then the undo."""
-    card = f"4000-{tag}-0000"
-    out = Checkout.run(order="order-declined", card=card)
-    ids = {"declined": out.execution_id}
-    with Display("3. a declined card: compensate runs under the card's lock", live) as d:
+    card = "0000"
+    out = Checkout.run(order="order-6", card=card)
+    ids = {"order-6": out.execution_id}
+    title = (
+        f"C. A card ending in 0000 is declined: charge compensates, still under the lock "
+        f"card:{card}"
+    )
+    with Display(title, live) as d:
         watch(d, ids, ended([out.execution_id]))
     found = find(out.execution_id)
     assert found is not None
     for entry in found.trace:
-        if entry["type"] in (TraceKind.COMPENSATE, TraceKind.UNDO):
-            under = f" under the lock {entry['key']}" if entry.get("key") else ""
-            print(f"   {entry['type']} {entry['step']}{under}")
+        if entry["type"] == TraceKind.COMPENSATE:
+            under = f", still holding the lock {entry['key']}" if entry.get("key") else ""
+            print(f"   rollback: compensate {entry['step']} (voids the authorization){under}")
+        elif entry["type"] == TraceKind.UNDO:
+            print(f"   rollback: undo {entry['step']} (puts the stock back)")
     compensated = [e for e in found.trace if e["type"] == TraceKind.COMPENSATE]
     return {"status": found.status, "compensate_key": compensated[0].get("key") if compensated
             else None, "id": out.execution_id}  # fmt: skip
@@ -309,28 +353,31 @@ def run_demo(
     *, redis_url: str | None = None, workers: int = 0, live: bool = False
 ) -> dict[str, Any]:
     """Run the three scenes; what each showed (for tests and for ``main``)."""
-    tag = f"{os.getpid()}-{int(time.time())}"
     if redis_url is not None:
         configure(redis_url=redis_url)
     if workers:
         if redis_url is None:
             raise ValueError(WORKERS_NEED_URL)
         configure(worker="celery")
-    configure(park_delay=5.0, park_jitter=0.0)
+    configure(park_delay=PARK_DELAY, park_jitter=0.0)
     where = f"{workers} Celery worker process(es)" if workers else "the in-process thread worker"
     store = f"the Redis at {redis_url}" if redis_url else "the embedded Redis (no server)"
-    print(f"py_reactor demo: executions run on {where}, on {store}")
+    print(
+        f"py-reactor demo: scenes A-C of step-scoped coordination; the checkouts run on {where},"
+        f" on {store}.\nA checkout reserves stock, charges the card (the only step locked on the"
+        " card), then ships; a line shows a checkout each time what it does changes."
+    )
     if workers:
         with celery_workers(str(redis_url), workers):
-            return _scenes(live, tag)
-    return _scenes(live, tag)
+            return _scenes(live)
+    return _scenes(live)
 
 
-def _scenes(live: bool, tag: str) -> dict[str, Any]:
+def _scenes(live: bool) -> dict[str, Any]:
     return {
-        "serialized": scene_serialized(live, tag),
-        "parked": scene_parked(live, tag),
-        "compensation": scene_compensation(live, tag),
+        "serialized": scene_serialized(live),
+        "parked": scene_parked(live),
+        "compensation": scene_compensation(live),
     }
 
 
