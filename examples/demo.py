@@ -242,12 +242,12 @@ def show(title: str, **inputs: Any) -> None:
     else:
         print(f"  => failure at step {outcome.step_name!r}: {outcome.error}")
         print(f"     rollback failures: {len(outcome.rollback_failures)}")
-    print(f"     still booked: {sorted(BOOKED) or 'nothing'}")
+    print(f"     booked now (every traveller): {sorted(BOOKED) or 'nothing'}")
 
 
 def main() -> None:
     print(
-        "py_reactor saga tour (examples/demo.py): scenes 1-6, a trip booked as a saga in this "
+        "\npy_reactor saga tour (examples/demo.py): scenes 1-6, a trip booked as a saga in this "
         "process.\nEach line is what the engine reports as it happens: a step done (ok), "
         "retried, failed or undone, a lock taken or released, a run parked."
     )
@@ -277,7 +277,8 @@ def main() -> None:
 
     print(
         "\n== 4. Two agents book for Dee at once: a lock on the traveller serializes them"
-        "\n      (a lock's lines come in fencing-token order: each release before the next take)"
+        "\n      (a lock's lines come in fencing-token order: each release before the next take;"
+        "\n      a fencing token is a number that grows with every new holder of the lock)"
     )
     both = [
         threading.Thread(
@@ -290,7 +291,7 @@ def main() -> None:
         thread.start()
     for thread in both:
         thread.join()
-    print(f"     still booked: {sorted(b for b in BOOKED if ':dee' in b)}")
+    print(f"     booked now for dee: {sorted(b for b in BOOKED if ':dee' in b)}")
 
     print(
         "\n== 5. Eve and Finn share a card: only the charge step is locked, on the card;"

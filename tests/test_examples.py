@@ -112,7 +112,7 @@ def test_demo_numbers_its_scenes_1_to_6_and_shows_clean_keys(demo_output: str) -
     """The tour says what it is, numbers its scenes 1-6 (``py-reactor demo``, run before it by
     scripts/demo.sh, letters its own A-C: tests/test_demo.py), and its keys carry no pid or
     timestamp suffix."""
-    assert demo_output.startswith("py_reactor saga tour (examples/demo.py): scenes 1-6")
+    assert demo_output.lstrip().startswith("py_reactor saga tour (examples/demo.py): scenes 1-6")
     headings = re.findall(r"^== (\S+)\. ", demo_output, flags=re.MULTILINE)
     assert headings == ["1", "2", "3", "4", "5", "6"], headings
     keys = set(re.findall(r"\b(?:card|traveller):\S*\w", demo_output))
