@@ -295,6 +295,7 @@ def _count(text: str) -> int:
 
 def _list(args: argparse.Namespace) -> int:
     use_store(args)
+    reach_store()  # a store that is down: one line naming it, as the dashboard's 503 does
     if args.status and args.status not in STATUSES:
         statuses = ", ".join(STATUSES)
         raise CommandError(f"--status {args.status!r} is not a status; use one of {statuses}")
@@ -328,6 +329,7 @@ def _list(args: argparse.Namespace) -> int:
 
 def _show(args: argparse.Namespace) -> int:
     use_store(args)
+    reach_store()  # a store that is down: one line naming it, as the dashboard's 503 does
     if "/" in args.execution_id or not args.execution_id.strip():
         raise CommandError(
             f"{args.execution_id!r} is not an execution id; `py-reactor executions list` shows them"
@@ -460,6 +462,7 @@ def _act(action: Callable[[], T]) -> T:
 
 def _holds(args: argparse.Namespace) -> int:
     use_store(args)
+    reach_store()  # a store that is down: one line naming it, as the dashboard's 503 does
     state = coordination(current_store())
     if args.json:
         _print_json(state)
