@@ -19,7 +19,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from py_reactor.config import get_config
-from py_reactor.coordination.holds import HELD
+from py_reactor.coordination.holds import HELD, HoldRecord
 from py_reactor.coordination.scope import compute_key
 from py_reactor.dsl.declaration import StepDeclaration, StepKind
 from py_reactor.dsl.reactor import Reactor, StepPlan
@@ -52,6 +52,7 @@ __all__ = [
     "await_inputs",
     "await_units",
     "dispatch_unit",
+    "holder_of",
 ]
 
 logger = logging.getLogger("py_reactor")
@@ -165,11 +166,7 @@ def _guard(run: Run, name: str, decl: StepDeclaration, values: dict[str, Any]) -
         record = held.get((primitive, key))
         if record is None:
             continue
-        holder = (
-            f"the reactor-level {primitive} of this execution"
-            if record.step is None
-            else f"step {record.step!r} of this execution"
-        )
+        holder = holder_of(record)
         remedy = (
             "make the step synchronous (step(...) instead of async_step(...)) if it belongs "
             "inside the critical section"
@@ -193,6 +190,13 @@ def _guard(run: Run, name: str, decl: StepDeclaration, values: dict[str, Any]) -
             reactor=run.reactor_name,
             step=name,
         )
+
+
+def holder_of(record: HoldRecord) -> str:
+    """Who of this execution holds ``record``, as a hand-off refusal names it."""
+    if record.step is None:
+        return f"the reactor-level {record.primitive} of this execution"
+    return f"step {record.step!r} of this execution"
 
 
 def _exclusive_keys(

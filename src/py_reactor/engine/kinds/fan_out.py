@@ -36,6 +36,7 @@ from py_reactor.engine.async_units import (
     _exclusive,
     _exclusive_keys,
     _wait,
+    holder_of,
     unit_id,
 )
 from py_reactor.engine.context import Context, element_key
@@ -287,11 +288,7 @@ class FanOut(Scheduler[int]):
                 record = held.get((primitive, coordination_key))
                 if record is None:
                     continue
-                holder = (
-                    f"the reactor-level {primitive} of this execution"
-                    if record.step is None
-                    else f"step {record.step!r} of this execution"
-                )
+                holder = holder_of(record)
                 who = (
                     f"{child_cls.__qualname__}'s {declared_by[len('its ') :]}"
                     if declared_by.startswith("its ")
