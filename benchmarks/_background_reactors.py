@@ -24,7 +24,7 @@ from py_reactor.workers.celery import app
 # Many executions contend for one key in section 4: let them park as often as they need to.
 configure(park_max_attempts=math.inf)
 
-QUEUE = "py_reactor"
+QUEUE = "py_reactor.benchmarks"  # the queue of namespace "benchmarks", which the workers serve
 
 
 def client() -> Any:

@@ -179,9 +179,15 @@ def test_every_option_has_help_and_no_help_text_is_raw_markup() -> None:
 
 
 def test_sweep_runs_one_pass_and_says_what_it_found(redis_url: str) -> None:
-    done = _cli("sweep", "--wait", "0", url=redis_url)
+    done = _cli("sweep", "--wait", "0", "--namespace", "nobody-here", url=redis_url)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("due: ")
+    assert done.stdout == "due: 0, recovered from lapsed leases: 0\n"
+
+
+def test_a_sweep_or_worker_that_serves_no_namespace_is_refused(redis_url: str) -> None:
+    for command in ("sweep", "worker"):
+        _refused(_cli(command, url=redis_url), "serves no namespace", "--import MODULE")
+    _refused(_cli("sweep", "--namespace", "a b", url=redis_url), "--namespace", "'a b'")
 
 
 def test_sweep_imports_a_module_of_the_project_folder_it_runs_from(
@@ -254,7 +260,7 @@ def test_list_shows_the_newest_first_as_a_table_and_as_json(
     table = _cli("executions", "list", "--reactor", reactor, url=redis_url)
     assert table.returncode == 0, table.stderr
     lines = table.stdout.splitlines()
-    assert lines[0].split()[:3] == ["ID", "REACTOR", "STATUS"]
+    assert lines[0].split()[:4] == ["ID", "NAMESPACE", "REACTOR", "STATUS"]
     ids = [line.split()[0] for line in lines[1:-1]]
     assert ids.index(newer) < ids.index(older)
     assert paused not in ids

@@ -53,6 +53,9 @@ LAZY_ALLOWED = (
     "py_reactor.observability.otel",
     "py_reactor.web.cli",  # the dashboard: starlette, an optional extra
     "py_reactor.web._app",
+    # the demo's reactors, loaded when the demo runs: imported by every command, they would
+    # make every worker serve their namespace
+    "py_reactor.demo",
 )
 
 #: The dashboard's package itself (its app needs starlette), imported by its command.

@@ -13,24 +13,26 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from py_reactor import workers
 from py_reactor.cli_operator import (
     REDIS_URL_ENV,
     CommandError,
     add_imports,
+    add_namespaces,
     add_operator_commands,
     add_store_option,
     import_modules,
     one_line,
     reach_store,
+    serve_namespaces,
     settle,
     use_store,
     use_worker,
 )
 from py_reactor.config import configure, get_config
-from py_reactor.demo import add_demo_command
-from py_reactor.demo import main as demo
+from py_reactor.runtime.namespaces import celery_queue
 from py_reactor.version import __version__
 
 __all__ = ["main"]
@@ -84,6 +86,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     add_store_option(sweep)
     add_imports(sweep, "the reactors to run")
+    add_namespaces(sweep)
     sweep.add_argument(
         "--wait",
         type=float,
@@ -107,6 +110,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     add_store_option(worker, needed="required: the store is Celery's broker")
     add_imports(worker, "the reactors to run")
+    add_namespaces(worker)
     worker.add_argument("--concurrency", type=int, default=None, help="pool size")
     worker.add_argument(
         "--pool",
@@ -115,7 +119,12 @@ def _parser() -> argparse.ArgumentParser:
         help="Celery's pool (default prefork)",
     )
     worker.add_argument("--loglevel", default="INFO", help="Celery's log level (default INFO)")
-    worker.add_argument("--queue", default=None, help="the queue to serve (default py_reactor)")
+    worker.add_argument(
+        "--queue",
+        default=None,
+        metavar="PREFIX",
+        help="the prefix of the queues to serve, <PREFIX>.<namespace> (default py_reactor)",
+    )
     worker.set_defaults(handler=_worker)
 
     from py_reactor.web.cli import add_dashboard_command  # registers without Starlette
@@ -128,6 +137,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _demo(args: argparse.Namespace) -> int:
+    # Imported here: the demo's reactors must not make every command serve their namespace.
+    from py_reactor.demo import main as demo
+
     url = use_store(args)
     args.redis_url = url
     return demo(args)
@@ -160,12 +172,13 @@ def _worker(args: argparse.Namespace) -> int:
             f"{exc}"
         ) from None
     import_modules(args.modules)
+    queues = ",".join(celery_queue(namespace) for namespace in serve_namespaces(args))
 
     # The store's server is the broker: the one given, or the one an imported module set.
     app.conf.broker_url = get_config().redis_url or url
     argv = [
         "worker",
-        "--queues", get_config().celery_queue,
+        "--queues", queues,
         "--pool", args.pool,
         "--loglevel", args.loglevel,
         "--hostname", f"py_reactor-{os.getpid()}@%h",
@@ -182,10 +195,41 @@ def _sweep(args: argparse.Namespace) -> int:
     use_worker(args.worker, url)
     reach_store()
     import_modules(args.modules)
+    serve_namespaces(args)
     due, recovered = workers.sweep()
     print(f"due: {len(due)}, recovered from lapsed leases: {len(recovered)}")
     settle(due, args.wait)
     return 0
+
+
+def add_demo_command(commands: Any) -> None:
+    """Add ``demo`` to the ``py-reactor`` subcommands."""
+    demo = commands.add_parser(
+        "demo",
+        help="watch step-scoped coordination at work (no server needed)",
+        description="Watch step-scoped coordination at work: three short scenes on the "
+        "in-process thread worker, or on Celery workers the demo starts.",
+    )
+    demo.add_argument(
+        "--redis-url",
+        metavar="URL",
+        help="a Redis server (default: $PY_REACTOR_REDIS_URL, else the embedded one)",
+    )
+    demo.add_argument(
+        "--workers", type=_workers, default=0, metavar="N",
+        help="run on N Celery worker processes the demo starts (needs a Redis URL)",
+    )  # fmt: skip
+    demo.add_argument("--plain", action="store_true", help="print lines, not a live table")
+
+
+def _workers(text: str) -> int:
+    try:
+        count = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if count < 0:
+        raise argparse.ArgumentTypeError(f"{count} is below 0 (0: the thread worker)")
+    return count
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -24,6 +24,7 @@ from py_reactor import api
 from py_reactor.config import configure, get_config
 from py_reactor.config.urls import redact
 from py_reactor.errors import ReactorError
+from py_reactor.runtime.namespaces import serve, served
 from py_reactor.states import Status
 from py_reactor.storage import current_store
 from py_reactor.storage.embedded import embedded_dir, stop_embedded
@@ -35,11 +36,13 @@ from py_reactor.views.records import to_json
 __all__ = [
     "CommandError",
     "add_imports",
+    "add_namespaces",
     "add_operator_commands",
     "add_store_option",
     "import_modules",
     "one_line",
     "reach_store",
+    "serve_namespaces",
     "settle",
     "use_store",
     "use_worker",
@@ -81,6 +84,40 @@ def add_imports(command: argparse.ArgumentParser, what: str) -> None:
         metavar="MODULE",
         help=f"a module that defines {what} (repeatable; the current folder is on the path)",
     )
+
+
+def add_namespaces(command: argparse.ArgumentParser) -> None:
+    """Add the repeatable ``--namespace NAME`` to a command that serves executions."""
+    command.add_argument(
+        "--namespace",
+        dest="namespaces",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="serve this namespace too (repeatable; by default the namespaces of the imported "
+        "reactors: their modules' top-level packages)",
+    )
+
+
+def serve_namespaces(args: argparse.Namespace) -> list[str]:
+    """Serve the ``--namespace`` names too; every namespace this process serves now.
+
+    Raises:
+        CommandError: a name is not a namespace, or there is nothing to serve.
+    """
+    for name in args.namespaces:
+        try:
+            serve(name)
+        except ValueError as exc:
+            raise CommandError(str(exc)) from None
+    namespaces = sorted(served())
+    if not namespaces:
+        raise CommandError(
+            "serves no namespace: name your reactor modules with --import MODULE (a worker "
+            "serves the namespaces of the reactors it imported), or a namespace with "
+            "--namespace NAME"
+        )
+    return namespaces
 
 
 def redis_url(args: argparse.Namespace) -> tuple[str | None, str]:
@@ -185,6 +222,9 @@ def add_operator_commands(commands: Any) -> None:
 
     listing = _sub(actions, "list", _list, "the newest executions first, filtered")
     listing.add_argument("--reactor", help="only this reactor: module:qualname or class name")
+    listing.add_argument(
+        "--namespace", help="only this application's (by default a reactor module's package)"
+    )
     listing.add_argument(
         "--status",
         choices=[str(status) for status in Status],
@@ -300,18 +340,24 @@ def _list(args: argparse.Namespace) -> int:
         statuses = ", ".join(STATUSES)
         raise CommandError(f"--status {args.status!r} is not a status; use one of {statuses}")
     listing = list_executions(
-        current_store(), reactor=args.reactor or None, status=args.status or None, limit=args.limit
+        current_store(),
+        reactor=args.reactor or None,
+        status=args.status or None,
+        namespace=args.namespace or None,
+        limit=args.limit,
     )
     if args.json:
         _print_json(listing)
         return 0
     items = listing["items"]
     if not items:
-        print("no executions match" if args.reactor or args.status else "no executions stored")
+        filtered = args.reactor or args.status or args.namespace
+        print("no executions match" if filtered else "no executions stored")
         return 0
     rows = [
         [
             item["execution_id"],
+            item["namespace"],
             item["reactor_name"],
             str(item["status"]),
             item["step"] or "",
@@ -321,7 +367,8 @@ def _list(args: argparse.Namespace) -> int:
         ]
         for item in items
     ]
-    print(table(["ID", "REACTOR", "STATUS", "STEP", "PARKS", "UPDATED (UTC)", "NOTE"], rows))
+    headers = ["ID", "NAMESPACE", "REACTOR", "STATUS", "STEP", "PARKS", "UPDATED (UTC)", "NOTE"]
+    print(table(headers, rows))
     more = "; more with a larger --limit" if listing["next_cursor"] is not None else ""
     print(f"{len(items)} shown, {listing['total']} stored{more}")
     return 0

@@ -381,36 +381,6 @@ def _scenes(live: bool) -> dict[str, Any]:
     }
 
 
-def add_demo_command(commands: Any) -> None:
-    """Add ``demo`` to the ``py-reactor`` subcommands."""
-    demo = commands.add_parser(
-        "demo",
-        help="watch step-scoped coordination at work (no server needed)",
-        description="Watch step-scoped coordination at work: three short scenes on the "
-        "in-process thread worker, or on Celery workers the demo starts.",
-    )
-    demo.add_argument(
-        "--redis-url",
-        metavar="URL",
-        help="a Redis server (default: $PY_REACTOR_REDIS_URL, else the embedded one)",
-    )
-    demo.add_argument(
-        "--workers", type=_workers, default=0, metavar="N",
-        help="run on N Celery worker processes the demo starts (needs a Redis URL)",
-    )  # fmt: skip
-    demo.add_argument("--plain", action="store_true", help="print lines, not a live table")
-
-
-def _workers(text: str) -> int:
-    try:
-        count = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if count < 0:
-        raise argparse.ArgumentTypeError(f"{count} is below 0 (0: the thread worker)")
-    return count
-
-
 def main(args: argparse.Namespace) -> int:
     """``py-reactor demo``."""
     if args.workers and args.redis_url is None:

@@ -187,7 +187,9 @@ def test_a_lapsed_lease_is_one_recovery_line(logs: pytest.LogCaptureFixture) -> 
     executions = ExecutionStore(current_store())
     context = Context(reactor=class_path(Quick), inputs={"tag": "back"})
     execution = context.execution_id
-    assert executions.create(execution, class_path(Quick), dumps_context(context), "pending")
+    assert executions.create(
+        execution, class_path(Quick), dumps_context(context), "pending", namespace="tests"
+    )
     assert executions.claim(execution, "a-runner-that-died", 0.2) > 0
 
     def recovered() -> bool:

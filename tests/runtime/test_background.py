@@ -642,15 +642,15 @@ def test_a_renewal_that_comes_after_the_park_puts_no_lease_back(key: str) -> Non
     """The thread worker renews the leases it saw running; one that parked meanwhile must not
     get its lease back (wakes could not claim it until the lease lapsed)."""
     from py_reactor import workers
-    from py_reactor.storage import current_store
+    from py_reactor.storage import current_store, keys
     from py_reactor.storage.executions import (
-        DUE_KEY,
         INDEX_KEY,
         LEASES_KEY,
-        READY_KEY,
         ExecutionStore,
         record_key,
     )
+
+    DUE_KEY, READY_KEY = keys.due("tests"), keys.ready("tests")
 
     # This test plays the worker by hand: a live thread worker would claim the record first
     # (and fail it, since ``tests:Nothing`` cannot be imported).
@@ -658,7 +658,7 @@ def test_a_renewal_that_comes_after_the_park_puts_no_lease_back(key: str) -> Non
     executions = ExecutionStore(current_store())
     execution_id = f"renew-{key}"
     client = current_store().client  # type: ignore[attr-defined]
-    assert executions.create(execution_id, "tests:Nothing", "{}", "pending")
+    assert executions.create(execution_id, "tests:Nothing", "{}", "pending", namespace="tests")
     try:
         epoch = executions.claim(execution_id, "me", 30)
         assert epoch == 1

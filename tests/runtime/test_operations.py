@@ -10,11 +10,12 @@ import redis
 
 from py_reactor import CancelledResult, Lock, configure, find, workers
 from py_reactor.errors import ExecutionNotFoundError, ExecutionStateError
-from py_reactor.storage import current_store
-from py_reactor.storage.executions import DUE_KEY, READY_KEY
+from py_reactor.storage import current_store, keys
 from py_reactor.transport import threads
 from tests._wait import status, until
 from tests.runtime import _operations_reactors as o
+
+DUE_KEY, READY_KEY = keys.due("tests"), keys.ready("tests")
 
 #: How soon a released run is back at work; far below the 30 s park timer set below.
 WOKEN_WITHIN = 10.0

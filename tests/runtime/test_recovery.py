@@ -54,7 +54,7 @@ from py_reactor.storage.executions import (
     ExecutionStore,
     record_key,
 )
-from py_reactor.storage.keys import DUE as DUE_KEY
+from py_reactor.storage.keys import due
 from py_reactor.transport.threads import THREADS
 from tests._processes import child as start_child
 from tests._processes import stderr_of
@@ -64,6 +64,9 @@ from tests.runtime import _recovery_reactors as rr
 #: How long after a release a woken run may take to complete; far below the 30 s park timer
 #: of the tests that assert it.
 WOKEN_WITHIN = 10.0
+
+#: The due set of the tests' namespace (every reactor here is in package ``tests``).
+DUE_KEY = due("tests")
 
 
 @pytest.fixture(autouse=True)
@@ -92,7 +95,7 @@ def store_pending(
     """Store a dispatched-but-not-run execution of ``reactor`` the way ``dispatch`` does."""
     ctx = Context(reactor=reactor, inputs=inputs)
     text = dumps_context(ctx) if context is None else context
-    assert executions.create(ctx.execution_id, reactor, text, "pending")
+    assert executions.create(ctx.execution_id, reactor, text, "pending", namespace="tests")
     return ctx.execution_id
 
 

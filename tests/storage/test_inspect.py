@@ -64,14 +64,14 @@ def test_new_executions_are_the_newest_ids_with_their_heads(
     executions = ExecutionStore(store)
     before = inspector.execution_count()
     first, second = _ids(2)
-    assert executions.create(first, "app:First", "{}", Status.PENDING)
-    assert executions.create(second, "app:Second", "{}", Status.PENDING)
+    assert executions.create(first, "app:First", "{}", Status.PENDING, namespace="app")
+    assert executions.create(second, "app:Second", "{}", Status.PENDING, namespace="app")
     assert inspector.execution_count() == before + 2
     assert set(inspector.newest_ids(0, 2)) == {first, second}
     assert inspector.newest_ids(1, 0) == []
     assert inspector.heads([first, second, "inspect-never-stored"]) == [
-        Head(Status.PENDING, "app:First"),
-        Head(Status.PENDING, "app:Second"),
+        Head(Status.PENDING, "app:First", "app"),
+        Head(Status.PENDING, "app:Second", "app"),
         Head(None, None),
     ]
 
@@ -81,8 +81,8 @@ def test_in_flight_tells_running_from_due_and_running_count_counts_leases(
 ) -> None:
     executions = ExecutionStore(store)
     running, due = _ids(2)
-    assert executions.create(running, "app:R", "{}", Status.PENDING)
-    assert executions.create(due, "app:D", "{}", Status.PENDING)
+    assert executions.create(running, "app:R", "{}", Status.PENDING, namespace="app")
+    assert executions.create(due, "app:D", "{}", Status.PENDING, namespace="app")
     leased = inspector.running_count()
     assert executions.claim(running, "runner", 30) == 1
     assert inspector.running_count() == leased + 1
@@ -100,8 +100,8 @@ def test_waiting_on_reads_a_parked_execution_and_none_for_others(
 ) -> None:
     executions = ExecutionStore(store)
     parked, other = _ids(2)
-    assert executions.create(parked, "app:P", "{}", Status.PENDING)
-    assert executions.create(other, "app:O", "{}", Status.PENDING)
+    assert executions.create(parked, "app:P", "{}", Status.PENDING, namespace="app")
+    assert executions.create(other, "app:O", "{}", Status.PENDING, namespace="app")
     epoch = executions.claim(parked, "runner", 30)
     waiting = {"step": "charge", "primitive": "lock", "key": key, "attempt": 1}
     assert executions.park(
@@ -123,7 +123,7 @@ def test_a_park_on_a_busy_key_is_woken_by_its_release(
     (parked,) = _ids(1)
     reply = store.lock_acquire(key, "holder", 30_000)
     assert reply.held
-    assert executions.create(parked, "app:P", "{}", Status.PENDING)
+    assert executions.create(parked, "app:P", "{}", Status.PENDING, namespace="app")
     epoch = executions.claim(parked, "runner", 30)
     waiting = {"step": "s", "primitive": "lock", "key": key}
     assert executions.park(

@@ -17,7 +17,7 @@ def _stored(status: str, trace: list[dict[str, object]]) -> str:
     context = Context(reactor="tests.testing.test_paused:Refund", inputs={"order": 7})
     context.trace.extend(trace)
     ExecutionStore(current_store()).create(
-        context.execution_id, context.reactor, dumps_context(context), status
+        context.execution_id, context.reactor, dumps_context(context), status, namespace="tests"
     )
     return context.execution_id
 

@@ -29,6 +29,7 @@ import redis
 from py_reactor import Reactor, configure, find
 from py_reactor.engine.context import Context
 from py_reactor.engine.serializer import dumps_context
+from py_reactor.runtime.namespaces import celery_queue
 from py_reactor.storage.executions import record_key
 from tests._redis import PrivateRedis, free_port
 from tests._wait import until
@@ -367,8 +368,8 @@ def test_a_duplicated_job_runs_the_execution_once(
     from py_reactor.transport import celery
 
     out = r.Three.run(key=key, n=1)
-    celery.send(out.execution_id, 0)
-    celery.send(out.execution_id, 0)
+    celery.send(out.execution_id, 0, queue=celery_queue("tests"))
+    celery.send(out.execution_id, 0, queue=celery_queue("tests"))
     assert finished(out, raw, key).is_success
     ran_nothing(celery_workers, out.execution_id, epoch=0, times=2)
     assert whats(raw, key) == ["first", "second", "third"]
@@ -407,7 +408,7 @@ def test_a_stale_job_for_a_parked_execution_runs_nothing(
     held = Lock(f"celery-test:{account}", owner="the-test", ttl=30).acquire()
     out = r.LockedCharge.run(key=key, account=account, hold=0)
     waiting(out.execution_id, "lock")
-    celery.send(out.execution_id, 0)  # the stale copy
+    celery.send(out.execution_id, 0, queue=celery_queue("tests"))  # the stale copy
     ran_nothing(celery_workers, out.execution_id, epoch=0, times=1)
     found = stored(out.execution_id)
     assert found.status == "waiting"
@@ -425,9 +426,9 @@ def _stored(execution_id: str, reactor: str, context: str) -> None:
     from py_reactor.transport import celery
 
     assert ExecutionStore(current_store()).create(
-        execution_id, reactor, context, "pending", sent_by_caller=30
+        execution_id, reactor, context, "pending", sent_by_caller=30, namespace="tests"
     )
-    celery.send(execution_id, 0)
+    celery.send(execution_id, 0, queue=celery_queue("tests"))
 
 
 def test_a_job_whose_reactor_cannot_be_imported_fails_it_and_the_worker_goes_on(
@@ -633,7 +634,7 @@ def test_a_woken_execution_goes_ahead_of_new_work_queued_before_it(
         held.release()  # the woken run's job is queued behind the five new ones
         # A module worker's dispatcher sends it: it lands in the queue's list of priority 0
         # (the new ones wait in the list of priority 6).
-        until(lambda: raw.llen(queue) == 1, "the woken run's job is queued")
+        until(lambda: raw.llen(f"{queue}.tests") == 1, "the woken run's job is queued")
         second = Worker(private_redis.url, queue, concurrency=1)  # one job at a time
         second.wait_ready()
         try:
@@ -729,13 +730,19 @@ def _sweep_sends(server: PrivateRedis, key: str) -> None:
     reactor = "tests.transport._celery_reactors:Three"
     context = dumps_context(Context(reactor=reactor, inputs={"key": key, "n": 1}))
     assert ExecutionStore(current_store()).create(
-        execution_id, reactor, context, "pending", sent_by_caller=0.001, queue=queue
+        execution_id,
+        reactor,
+        context,
+        "pending",
+        sent_by_caller=0.001,
+        queue=queue,
+        namespace="tests",
     )
     time.sleep(0.05)
     done = subprocess.run(
         [
             sys.executable, "-m", "py_reactor.cli", "sweep", "--worker", "celery",
-            "--redis-url", server.url, "--wait", "0",
+            "--redis-url", server.url, "--wait", "0", "--namespace", "tests",
         ],
         cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip

@@ -10,17 +10,29 @@ import sys
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from datetime import timedelta
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from py_reactor.config.options import check_limits
+from py_reactor.config.options import check_limits, check_namespace, check_retention
 from py_reactor.config.urls import EXAMPLE, redact, url_problem
 from py_reactor.errors import DefinitionError
 
 if TYPE_CHECKING:  # the class lives above settings; only its shape is checked here
     from py_reactor.observability.middleware import Middleware
 
-__all__ = ["Config", "configure", "get_config", "reset_config"]
+__all__ = ["UNCHANGED", "Config", "check_namespace", "configure", "get_config", "reset_config"]
+
+
+class _Unchanged:
+    """The default of the options for which None is a value of its own."""
+
+    def __repr__(self) -> str:
+        return "UNCHANGED"
+
+
+#: ``configure(retention=UNCHANGED)``: leave the option as it is (None means "for ever").
+UNCHANGED: Any = _Unchanged()
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +71,9 @@ class Config:
         unimportable_grace: seconds a worker that cannot import an execution's reactor leaves
             it for another worker, counted from the first worker that could not; then it fails
             it, reporting every completed step as a rollback failure.
+        namespace: the application the executions this process stores belong to (None: each
+            reactor's module's top-level package); a worker serves it too.
+        retention: seconds a terminal execution is kept after it ended (None: for ever).
     """
 
     middleware: tuple[Middleware, ...] = ()
@@ -78,6 +93,8 @@ class Config:
     async_wait_timeout: float = 30.0
     async_park_timeout: float = 3600.0
     unimportable_grace: float = 60.0
+    namespace: str | None = None
+    retention: float | None = None
 
     def __repr__(self) -> str:
         """The settings, with the password of ``redis_url`` masked."""
@@ -93,7 +110,8 @@ class Config:
             f"park_jitter={self.park_jitter}, execution_lease={self.execution_lease}, "
             f"async_wait_timeout={self.async_wait_timeout}, "
             f"async_park_timeout={self.async_park_timeout}, "
-            f"unimportable_grace={self.unimportable_grace})"
+            f"unimportable_grace={self.unimportable_grace}, namespace={self.namespace!r}, "
+            f"retention={self.retention})"
         )
 
 
@@ -118,6 +136,8 @@ def configure(
     async_wait_timeout: float | None = None,
     async_park_timeout: float | None = None,
     unimportable_grace: float | None = None,
+    namespace: str | None = UNCHANGED,
+    retention: float | timedelta | None = UNCHANGED,
 ) -> Config:
     """Change settings; options left out keep their value. Returns the new settings.
 
@@ -151,6 +171,12 @@ def configure(
             for another worker (default 60, counted from the first worker that could not);
             then it fails (``ReactorNotImportableError``), every completed step reported as a
             rollback failure.
+        namespace: the application this process's executions belong to, and which its workers
+            serve (default None: each reactor's module's top-level package, ``shop`` for
+            ``shop.reactors``); ``@background(namespace=...)`` overrides it per reactor.
+        retention: how long a completed, failed, halted or cancelled execution (and all that
+            is stored for it) is kept after it ended, in seconds or a ``timedelta``; None
+            (the default) keeps it for ever. Live executions never expire.
 
     Raises:
         TypeError: an option has the wrong type (the message names the option).
@@ -206,6 +232,12 @@ def configure(
         if option in finite and value == float("inf"):
             raise ValueError(f"configure({option}=...) must be finite")
         changes[option] = value
+    if namespace is not UNCHANGED:
+        changes["namespace"] = (
+            None if namespace is None else check_namespace(namespace, "configure(namespace=...)")
+        )
+    if retention is not UNCHANGED:
+        changes["retention"] = check_retention(retention)
     if embedded_dir is not None:
         if not isinstance(embedded_dir, str) or not embedded_dir:
             raise TypeError(

@@ -6,7 +6,9 @@ Both refuse bad values the moment they are given, with a message naming the opti
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
+from datetime import timedelta
 from typing import Any
 
 from py_reactor.errors import DefinitionError
@@ -16,9 +18,11 @@ __all__ = [
     "check_bool",
     "check_key",
     "check_limits",
+    "check_namespace",
     "check_non_negative",
     "check_positive",
     "check_positive_int",
+    "check_retention",
     "window_seconds",
 ]
 
@@ -99,3 +103,44 @@ def check_limits(where: str, limits: Any) -> tuple[tuple[int, int], ...]:
         seconds = window_seconds(where, "limits window", window)
         windows[seconds] = check_positive_int(where, f"limits[{window!r}]", limit)
     return tuple(sorted(windows.items()))
+
+
+_NAMESPACE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}")
+
+
+def check_namespace(value: Any, where: str) -> str:
+    """``value`` as a namespace: letters, digits, ``_``, ``.`` and ``-``, 1 to 100 of them (it
+    names Redis keys and a Celery queue).
+
+    Raises:
+        ValueError: anything else, named with ``where``.
+    """
+    if not isinstance(value, str) or not _NAMESPACE.fullmatch(value):
+        raise ValueError(
+            f"{where} takes a namespace of letters, digits, '_', '.' and '-' (at most 100, "
+            f"not starting with '.' or '-'), such as 'shop'; got {value!r}"
+        )
+    return value
+
+
+def check_retention(value: Any) -> float | None:
+    """``configure(retention=...)`` in seconds: a positive number or ``timedelta``, or None
+    (keep for ever).
+
+    Raises:
+        ValueError: anything else.
+    """
+    if value is None:
+        return None
+    seconds = value.total_seconds() if isinstance(value, timedelta) else value
+    if (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, int | float)
+        or not math.isfinite(seconds)
+        or seconds <= 0
+    ):
+        raise ValueError(
+            "configure(retention=...) takes seconds > 0 or a timedelta (how long a terminal "
+            f"execution is kept), or None to keep executions for ever; got {value!r}"
+        )
+    return float(seconds)

@@ -6,7 +6,7 @@ only. Defining a class again under the same name replaces the old entry silently
 
 from __future__ import annotations
 
-__all__ = ["class_path", "lookup", "register"]
+__all__ = ["class_path", "classes", "lookup", "register"]
 
 _classes: dict[str, type] = {}
 
@@ -25,3 +25,8 @@ def register(cls: type) -> None:
 def lookup(path: str) -> type | None:
     """The class registered under ``path``, or None."""
     return _classes.get(path)
+
+
+def classes() -> list[type]:
+    """Every registered class (a snapshot: a worker asks which applications it can serve)."""
+    return list(_classes.values())

@@ -23,7 +23,7 @@ import logging
 import os
 import socket
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -52,6 +52,7 @@ from py_reactor.observability.middleware import emit
 from py_reactor.observability.propagation import worker_run
 from py_reactor.runtime.execution import finish
 from py_reactor.runtime.journal import CallerJournal, Journal, StoredJournal, run_failure
+from py_reactor.runtime.namespaces import served
 from py_reactor.runtime.pinning import foreign
 from py_reactor.runtime.transport import Transport
 from py_reactor.runtime.units import StoreUnits, dispatch
@@ -158,11 +159,14 @@ def _take_ordered_position(cls: type[Reactor], context: Context) -> None:
     scope.detach()
 
 
-def recovery_pass(executions: ExecutionStore) -> tuple[list[str], list[str]]:
-    """One pass of the recovery loop, for any worker: ``(ids due now, ids whose runner's lease
-    lapsed)``; the lapsed ones are due again and reported (``ExecutionRecovered``, a log line).
+def recovery_pass(
+    executions: ExecutionStore, namespaces: Collection[str] | None = None
+) -> tuple[list[str], list[str]]:
+    """One pass of the recovery loop, for any worker, over ``namespaces`` (default: those this
+    process serves): ``(ids due now, ids whose runner's lease lapsed)``; the lapsed ones are due
+    again and reported (``ExecutionRecovered``, a log line).
     """
-    due, lapsed = executions.due()
+    due, lapsed = executions.due(served() if namespaces is None else namespaces)
     for execution_id in lapsed:
         middleware = get_config().middleware
         if middleware:

@@ -83,6 +83,8 @@ class Execution:
         problem: None when the stored record reads well; else a sentence naming the record
             and what of it cannot be read (then what could not be read is left empty or None:
             look here before trusting an empty ``trace`` or a missing ``outcome``).
+        namespace: the application it belongs to (by default its reactor module's top-level
+            package): only workers serving that namespace run it.
     """
 
     execution_id: str
@@ -100,6 +102,7 @@ class Execution:
     retry_of: str | None = None
     retried_by: str | None = None
     problem: str | None = None
+    namespace: str = ""
 
 
 def checked_id(execution_id: object, where: str) -> str:
@@ -187,6 +190,7 @@ def snapshot(stored: StoredExecution) -> Execution:
         retry_of=(context.retry_of if context else None),
         retried_by=stored.retried_by,
         problem=read.problem,
+        namespace=stored.namespace,
     )
 
 

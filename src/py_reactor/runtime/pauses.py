@@ -8,6 +8,7 @@ import time
 from py_reactor.config import get_config
 from py_reactor.engine.results import PausedResult
 from py_reactor.engine.serializer import dumps_context
+from py_reactor.runtime.namespaces import celery_queue, namespace_of
 from py_reactor.runtime.pinning import this_script
 from py_reactor.runtime.transport import Transport
 from py_reactor.storage import executions as stored_executions
@@ -43,6 +44,7 @@ def store_pause(
         "until": deadline,
     }
     config = get_config()
+    namespace = namespace_of(context.reactor)
     written = executions.pause(
         context.execution_id,
         epoch,
@@ -50,8 +52,9 @@ def store_pause(
         dumps_context(context),
         waiting_on=waiting_on,
         timeout_in=None if deadline is None else max(0.0, deadline - time.time()),
-        queue=config.celery_queue if config.worker == "celery" else "",
+        queue=celery_queue(namespace) if config.worker == "celery" else "",
         pinned=this_script() if context.reactor.startswith("__main__:") else "",
+        namespace=namespace,
     )
     if written and deadline is not None and epoch is None and transport is not None:
         transport.serve_here()

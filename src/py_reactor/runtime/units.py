@@ -14,6 +14,7 @@ from py_reactor.errors import CorruptRecordError
 from py_reactor.observability.propagation import dispatching
 from py_reactor.runtime.execution import ended, finish
 from py_reactor.runtime.execution import wait as wait_for
+from py_reactor.runtime.namespaces import namespace_of
 from py_reactor.runtime.transport import Transport
 from py_reactor.storage import executions as stored_executions
 
@@ -91,7 +92,8 @@ def dispatch(cls: type[Reactor], context: Context, transport: Transport) -> None
 def store_new(reactor: type[Reactor], context: Context, **options: Any) -> bool:
     """Store ``context`` as a new pending execution of ``reactor`` (what a transport does
     before it enqueues anything); False if that id was stored before. ``options``: those of
-    ``ExecutionStore.create`` (``pinned``, ``sent_by_caller``, ``queue``).
+    ``ExecutionStore.create`` (``pinned``, ``sent_by_caller``, ``queue``); it is stored in
+    ``reactor``'s namespace.
 
     Raises:
         SerializationError: an input or result is not JSON-representable.
@@ -99,6 +101,11 @@ def store_new(reactor: type[Reactor], context: Context, **options: Any) -> bool:
     """
     text = dumps_context(context)
     created: bool = stored_executions().create(
-        context.execution_id, class_path(reactor), text, Status.PENDING, **options
+        context.execution_id,
+        class_path(reactor),
+        text,
+        Status.PENDING,
+        namespace=namespace_of(reactor),
+        **options,
     )
     return created

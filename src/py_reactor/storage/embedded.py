@@ -108,7 +108,7 @@ class EmbeddedStore(RedisStore):
                 raise
             return super().run_script(name, keys, args)
 
-    def wait_signal(self, key: str, timeout: float) -> str | None:
+    def wait_signal(self, key: str | Sequence[str], timeout: float) -> str | None:
         """BLPOP ``key``; if the server is gone, start a new one and retry once."""
         client = self.client
         try:

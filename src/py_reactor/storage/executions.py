@@ -7,24 +7,32 @@ redelivered job, a worker presumed dead) finds the epoch moved and writes nothin
 execution sits in the due set (score: when its timer fires) and in the parked list of the key
 it waits on; the release of that key makes it due at once (``lua/_wake_parked.lua``).
 
-Redis layout (``py_reactor:exec:*``)::
+Every execution belongs to a *namespace* (an application), and what a worker takes work from
+is that namespace's: a worker serving ``shop`` never sees ``blog``'s executions, though both
+park on the same coordination keys. A terminal execution expires ``retention`` after it ended
+(``configure(retention=...)``); a live one never does.
 
-    exec:<id>    hash  id, reactor, status, context (JSON), epoch, worker, created_at,
-                       updated_at, waiting_on (JSON), outcome (JSON), parks, undone,
-                       unimportable_since (server ms)
-    exec:index   zset  id -> created (server ms): every stored execution
-    exec:leases  zset  id -> lease end (server ms): running executions
-    exec:due     zset  id -> due (server ms): what a dispatcher may claim once due
-    exec:ready   list  ids made due now (dispatchers block on it; the due set is the truth)
+Redis layout (``storage.keys`` has it all)::
+
+    exec:<id>       hash  id, reactor, namespace, status, context (JSON), epoch, worker,
+                          created_at, updated_at, waiting_on (JSON), outcome (JSON), parks,
+                          undone, unimportable_since (server ms)
+    exec:index      zset  id -> created (server ms): every stored execution
+    exec:leases     zset  id -> lease end (server ms): running executions
+    exec:expiring   zset  id -> when its record expires (server ms)
+    due:<ns>        zset  id -> due (server ms): what a dispatcher may claim once due
+    ready:<ns>      list  ids made due now (dispatchers block on it; the due set is the truth)
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from py_reactor.config import get_config
 from py_reactor.states import Status
 from py_reactor.storage import keys
 
@@ -34,7 +42,7 @@ if TYPE_CHECKING:
 __all__ = ["ExecutionStore", "StoredExecution"]
 
 # The layout is storage.keys'; these names are kept for the callers that import them here.
-DUE_KEY, READY_KEY, INDEX_KEY, LEASES_KEY = keys.DUE, keys.READY, keys.INDEX, keys.LEASES
+INDEX_KEY, LEASES_KEY = keys.INDEX, keys.LEASES
 record_key = keys.execution
 
 #: Every status a record may hold (a record with another one cannot be read).
@@ -60,6 +68,7 @@ class StoredExecution:
     retried_by: str | None = None  # the execution Reactor.retry started from this one
     problem: str | None = None  # what of the record could not be read (then it cannot run)
     undone: bool = False  # Reactor.undo rolled it back (it is not undone twice)
+    namespace: str = ""  # the application it belongs to: the workers that serve it run it
 
 
 class ExecutionStore:
@@ -78,8 +87,10 @@ class ExecutionStore:
         pinned: str = "",
         sent_by_caller: float | None = None,
         queue: str = "",
+        namespace: str,
     ) -> bool:
-        """Store a new execution and make it due now; False if the id exists already.
+        """Store a new execution in ``namespace`` and make it due now there; False if the id
+        exists already.
 
         ``pinned``: ``host:pid:<script path>`` for a reactor defined in a ``__main__`` script,
         which only a process running that same script can import. ``sent_by_caller``: the
@@ -87,22 +98,32 @@ class ExecutionStore:
         and the recovery loop sends it only if it has not run within that many seconds.
         ``queue``: the Celery queue its jobs go to, every time it is sent again too.
         """
-        keys = (record_key(execution_id), INDEX_KEY, DUE_KEY, READY_KEY)
+        names = (
+            record_key(execution_id),
+            INDEX_KEY,
+            keys.due(namespace),
+            keys.ready(namespace),
+            keys.NAMESPACES,
+        )
         args: tuple[str, ...] = (execution_id, reactor, context, status, pinned)
         ready, due_in = ("1", "0") if sent_by_caller is None else ("0", str(_ms(sent_by_caller)))
-        args = (*args, ready, due_in, queue)
-        return bool(self.store.run_script("execution_create", keys, args))
+        args = (*args, ready, due_in, queue, namespace)
+        return bool(self.store.run_script("execution_create", names, args))
 
-    def take_for_sending(self, ids: list[str], resend_after: float) -> list[tuple[str, int, str]]:
-        """The ``(id, epoch, queue)`` of those of ``ids`` still due now, each made due again
-        only ``resend_after`` seconds later: a dispatcher sends exactly these jobs (to the queue
-        the execution was first sent to), and no other dispatcher sends them meanwhile."""
+    def take_for_sending(
+        self, ids: list[str], resend_after: float
+    ) -> list[tuple[str, int, str, str]]:
+        """The ``(id, epoch, queue, namespace)`` of those of ``ids`` still due now, each made
+        due again only ``resend_after`` seconds later: a dispatcher sends exactly these jobs (to
+        the queue the execution was first sent to, ``""`` when none was), and no other
+        dispatcher sends them meanwhile."""
         if not ids:
             return []
-        keys = (DUE_KEY, *(record_key(execution_id) for execution_id in ids))
-        reply = self.store.run_script("execution_send", keys, (_ms(resend_after), *ids))
+        names = tuple(record_key(execution_id) for execution_id in ids)
+        reply = self.store.run_script("execution_send", names, (_ms(resend_after), *ids))
         return [
-            (str(reply[i]), int(reply[i + 1]), str(reply[i + 2])) for i in range(0, len(reply), 3)
+            (str(reply[i]), int(reply[i + 1]), str(reply[i + 2]), str(reply[i + 3]))
+            for i in range(0, len(reply), 4)
         ]
 
     def load(self, execution_id: str) -> StoredExecution | None:
@@ -138,6 +159,7 @@ class ExecutionStore:
             retried_by=raw.get("retried_by") or None,
             problem="; ".join(problems) or None,
             undone=bool(raw.get("undone")),
+            namespace=raw.get("namespace", ""),
         )
 
     def claim(
@@ -160,19 +182,19 @@ class ExecutionStore:
             it is not due yet, or the epoch moved past ``sent_at_epoch``); -1 for an unknown
             id; -2 when it already ended.
         """
-        keys = (record_key(execution_id), LEASES_KEY, DUE_KEY)
+        names = (record_key(execution_id), LEASES_KEY)
         epoch = "" if sent_at_epoch is None else str(sent_at_epoch)
         args = (execution_id, worker, _ms(lease), "1" if due else "0", epoch)
-        return int(self.store.run_script("execution_claim", keys, args))
+        return int(self.store.run_script("execution_claim", names, args))
 
     def leave(self, execution_id: str, grace: float, again_in: float) -> bool:
         """Leave ``execution_id``, whose reactor this worker cannot import, for another worker:
         True when it was left (due again in ``again_in`` seconds at most, never claimed), False
         when ``grace`` seconds have passed since a worker first could not import it (or it is
         not this worker's to leave): then claim it and fail it."""
-        keys = (record_key(execution_id), LEASES_KEY, DUE_KEY)
+        names = (record_key(execution_id), LEASES_KEY)
         args = (execution_id, int(grace * 1000), _ms(again_in))
-        return int(self.store.run_script("execution_leave", keys, args)) == 1
+        return int(self.store.run_script("execution_leave", names, args)) == 1
 
     def checkpoint(
         self,
@@ -204,17 +226,17 @@ class ExecutionStore:
                 turn has come) by now (``keys.free_probe``): then it is due at once, since the
                 release that freed it came before this park was written and woke nobody.
 
-        A terminal ``status`` wakes the executions parked waiting for this one to end.
+        A terminal ``status`` wakes the executions parked waiting for this one to end, and
+        starts its retention (``configure(retention=...)``).
         """
         names = (
             record_key(execution_id),
             LEASES_KEY,
-            DUE_KEY,
             parked_on or "",
             keys.parked(keys.AWAITED, execution_id),
-            READY_KEY,
             "" if awaiting is None else record_key(awaiting),
             free_if[0],
+            keys.EXPIRING,
         )
         args = (
             execution_id,
@@ -227,6 +249,7 @@ class ExecutionStore:
             "" if due_in is None else _ms(due_in),
             "1" if park else "0",
             free_if[1],
+            _retention(),
         )
         return bool(self.store.run_script("execution_checkpoint", names, args))
 
@@ -287,13 +310,12 @@ class ExecutionStore:
         names = (
             record_key(execution_id),
             LEASES_KEY,
-            DUE_KEY,
             keys.parked(keys.AWAITED, execution_id),
-            READY_KEY,
             "" if correlation is None else keys.correlation(*correlation),
+            keys.EXPIRING,
         )
         epoch, previous = self.store.run_script(
-            "execution_take", names, (execution_id, status, once, *allowed)
+            "execution_take", names, (execution_id, status, once, _retention(), *allowed)
         )
         return int(epoch), str(previous)
 
@@ -308,18 +330,19 @@ class ExecutionStore:
         timeout_in: float | None,
         queue: str = "",
         pinned: str = "",
+        namespace: str = "",
     ) -> bool:
         """Store the execution paused at an interrupt: created now (``epoch`` None: a run
         paused in the caller) or written by its runner (a compare-and-set on ``epoch``).
 
         ``timeout_in``: seconds until its timeout, when a worker may claim it to fail the
         interrupt step (it is in the due set until then); None: no timeout. ``queue`` and
-        ``pinned`` as for :meth:`create` (used when it is created here).
+        ``pinned`` and ``namespace`` as for :meth:`create` (used when it is created here).
 
         Returns:
             False when nothing was written (the epoch moved on, or the id exists already).
         """
-        names = (record_key(execution_id), INDEX_KEY, LEASES_KEY, DUE_KEY)
+        names = (record_key(execution_id), INDEX_KEY, LEASES_KEY, keys.NAMESPACES)
         args = (
             execution_id,
             "" if epoch is None else str(epoch),
@@ -329,6 +352,7 @@ class ExecutionStore:
             "" if timeout_in is None else str(max(0, int(timeout_in * 1000))),
             queue,
             pinned,
+            namespace,
         )
         return bool(self.store.run_script("execution_pause", names, args))
 
@@ -353,12 +377,9 @@ class ExecutionStore:
         return None if found is None else str(found)
 
     def due_now(self, execution_id: str) -> None:
-        """Make ``execution_id`` due now, and tell the dispatchers (a resumed run, say)."""
-        client = self._client()
-        pipe = client.pipeline(transaction=False)
-        pipe.zadd(DUE_KEY, {execution_id: 0})
-        pipe.rpush(READY_KEY, execution_id)
-        pipe.execute()
+        """Make ``execution_id`` due now, and tell its namespace's dispatchers (a resumed run,
+        say)."""
+        self.store.run_script("execution_ready", (record_key(execution_id),), (execution_id,))
 
     def annotate(self, execution_id: str, **fields: str) -> None:
         """Write fields for people (``retried_by``) on the record, outside any epoch."""
@@ -366,21 +387,36 @@ class ExecutionStore:
 
     def renew(self, execution_id: str, epoch: int, lease: float) -> bool:
         """Push the lease of a running execution out; False when the epoch moved on."""
-        keys = (record_key(execution_id), LEASES_KEY)
+        names = (record_key(execution_id), LEASES_KEY)
         return bool(
-            self.store.run_script("execution_renew", keys, (execution_id, epoch, _ms(lease)))
+            self.store.run_script("execution_renew", names, (execution_id, epoch, _ms(lease)))
         )
 
-    def due(self, limit: int = 100) -> tuple[list[str], list[str]]:
-        """One recovery pass: ``(ids due now, ids whose lease lapsed and are due again)``."""
-        due, lapsed = self.store.run_script(
-            "execution_due", (LEASES_KEY, DUE_KEY, READY_KEY), (limit,)
+    def due(self, namespaces: Collection[str], limit: int = 100) -> tuple[list[str], list[str]]:
+        """One recovery pass of the ``namespaces`` served, in one round trip: ``(their ids due
+        now, their ids whose lease lapsed and are due again)``; a lapsed execution of another
+        namespace is made due in its own. It also drops from the index the executions whose
+        retention has passed."""
+        names = (
+            LEASES_KEY,
+            INDEX_KEY,
+            keys.EXPIRING,
+            *(keys.due(namespace) for namespace in sorted(namespaces)),
         )
+        due, lapsed = self.store.run_script("execution_due", names, (limit,))
         return [str(i) for i in due], [str(i) for i in lapsed]
 
-    def next_ready(self, timeout: float) -> str | None:
-        """Block up to ``timeout`` seconds for an id made due now (a wake or a dispatch)."""
-        return self.store.wait_signal(READY_KEY, timeout)
+    def next_ready(self, namespaces: Collection[str], timeout: float) -> str | None:
+        """Block up to ``timeout`` seconds for an id of one of ``namespaces`` made due now (a
+        wake or a dispatch); None at once when there are none to serve."""
+        if not namespaces:
+            time.sleep(timeout)
+            return None
+        return self.store.wait_signal([keys.ready(n) for n in sorted(namespaces)], timeout)
+
+    def namespaces(self) -> set[str]:
+        """Every namespace an execution was stored in."""
+        return {str(n) for n in self._client().smembers(keys.NAMESPACES)}
 
     def ids(self, limit: int = 1000) -> list[str]:
         """The newest stored execution ids, newest first."""
@@ -391,6 +427,12 @@ class ExecutionStore:
         if client is None:  # pragma: no cover - every real store is a RedisStore
             raise TypeError(f"{self.store!r} cannot read execution records")
         return client
+
+
+def _retention() -> str:
+    """The configured retention in ms, as the scripts take it (``""``: keep for ever)."""
+    retention = get_config().retention
+    return "" if retention is None else str(_ms(retention))
 
 
 def _ms(seconds: float) -> int:

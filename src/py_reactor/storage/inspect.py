@@ -77,10 +77,11 @@ class PeriodClaim:
 
 @dataclass(frozen=True, slots=True)
 class Head:
-    """The two fields of an execution record a listing filters on (None: not in the record)."""
+    """The fields of an execution record a listing filters on (None: not in the record)."""
 
     status: str | None
     reactor: str | None
+    namespace: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,23 +152,30 @@ class Inspector:
         return int(self._client.zcard(keys.INDEX))
 
     def heads(self, ids: Sequence[str]) -> list[Head]:
-        """The status and reactor of each of ``ids``, in one pipelined round trip."""
+        """The status, reactor and namespace of each of ``ids``, in one pipelined round trip."""
         pipe = self._client.pipeline(transaction=False)
         for execution_id in ids:
-            pipe.hmget(keys.execution(execution_id), "status", "reactor")
-        return [Head(status, reactor) for status, reactor in pipe.execute()]
+            pipe.hmget(keys.execution(execution_id), "status", "reactor", "namespace")
+        return [Head(*fields) for fields in pipe.execute()]
 
     def in_flight(self) -> InFlight:
         """The running and due ids, in one MULTI/EXEC: a claim moves an id from the due set to
         the leases between two separate reads."""
+        namespaces = sorted(self.namespaces())
         pipe = self._client.pipeline(transaction=True)
-        pipe.time().zrange(keys.LEASES, 0, -1).zrange(keys.DUE, 0, -1, withscores=True)
-        (seconds, micros), leases, scheduled = pipe.execute()
+        pipe.time().zrange(keys.LEASES, 0, -1)
+        for namespace in namespaces:
+            pipe.zrange(keys.due(namespace), 0, -1, withscores=True)
+        (seconds, micros), leases, *scheduled = pipe.execute()
         return InFlight(
             now_ms=int(seconds) * 1000 + int(micros) // 1000,
             leased=[str(i) for i in leases],
-            due=[(str(i), float(score)) for i, score in scheduled],
+            due=[(str(i), float(score)) for due in scheduled for i, score in due],
         )
+
+    def namespaces(self) -> set[str]:
+        """Every namespace an execution was stored in."""
+        return {str(n) for n in self._client.smembers(keys.NAMESPACES)}
 
     def running_count(self) -> int:
         """How many executions hold a lease (live or lapsed)."""

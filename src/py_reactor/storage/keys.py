@@ -35,17 +35,24 @@ Redis key. A user key holding ``{``, ``}`` or ``%`` has them percent-encoded ins
 (``a{b`` -> ``{a%7Bb}``): a brace in the key could otherwise end the tag early or leave it
 empty, and an empty tag would spread one key's names over several slots.
 
-Execution records (``storage.executions``) and the parked set are global, not per key::
+Execution records (``storage.executions``) are global, not per key; what a worker takes work
+from is per *namespace* (an application: by default the reactor module's top-level package), so
+a worker never sees another application's executions::
 
-    py_reactor:exec:<id>   hash   one execution
-    py_reactor:exec:index  zset   id -> created (server ms)
-    py_reactor:exec:leases zset   id -> lease end (server ms)
-    py_reactor:exec:due    zset   id -> due (server ms)
-    py_reactor:exec:ready  list   ids made due now; dispatchers block on it
+    py_reactor:exec:<id>       hash   one execution (its ``namespace`` field names its queues)
+    py_reactor:exec:index      zset   id -> created (server ms)
+    py_reactor:exec:leases     zset   id -> lease end (server ms)
+    py_reactor:exec:expiring   zset   id -> when it expires (server ms): terminal, with retention
+    py_reactor:due:<ns>        zset   id -> due (server ms)
+    py_reactor:ready:<ns>      list   ids made due now; that namespace's dispatchers block on it
+    py_reactor:namespaces      set    every namespace an execution was stored in
     py_reactor:async_unit:{<id>}:parked  list  readers parked until execution <id> ends
 
-A release that wakes parked executions writes the due set and the ready list besides the key's
-own slot, so parking does not run on Redis Cluster until the due set is sharded.
+A script that makes an execution due finds its queues from its record (``_layout.lua``, made
+from this module by :func:`lua_layout`): a release wakes executions parked on a key whatever
+their application, each into its own namespace's queues. Those scripts write the record, the
+due set and the ready list besides the key's own slot, so parking does not run on Redis Cluster
+until the due set is sharded.
 """
 
 from __future__ import annotations
@@ -55,17 +62,19 @@ from typing import NamedTuple
 
 __all__ = [
     "AWAITED",
-    "DUE",
+    "EXPIRING",
     "INDEX",
     "LEASES",
     "NAMESPACE",
-    "READY",
+    "NAMESPACES",
     "LockKeys",
     "OrderedLockKeys",
     "PeriodKeys",
     "SemaphoreKeys",
+    "due",
     "execution",
     "lock",
+    "lua_layout",
     "ordered_lock",
     "ordered_wake",
     "parked",
@@ -75,6 +84,7 @@ __all__ = [
     "period_marker",
     "rate_limit",
     "rate_limit_counter",
+    "ready",
     "tag",
     "wake",
 ]
@@ -82,9 +92,14 @@ __all__ = [
 #: Every Redis key the library writes starts with this.
 NAMESPACE = "py_reactor"
 
-#: Parked executions by the time they are due (server ms), and the list dispatchers block on.
-DUE = f"{NAMESPACE}:exec:due"
-READY = f"{NAMESPACE}:exec:ready"
+#: A namespace's parked executions by the time they are due (server ms), and the list its
+#: dispatchers block on: these prefixes and the namespace (see :func:`due`, :func:`ready`).
+DUE_PREFIX = f"{NAMESPACE}:due:"
+READY_PREFIX = f"{NAMESPACE}:ready:"
+#: Every namespace an execution was stored in (listings, metrics, the dashboard).
+NAMESPACES = f"{NAMESPACE}:namespaces"
+#: Terminal executions kept for a retention, by when they expire (listings drop them then).
+EXPIRING = f"{NAMESPACE}:exec:expiring"
 #: The "primitive" a reader of an async unit parks on; the key is the unit's execution id, and
 #: that execution's end wakes its parked list.
 AWAITED = "async_unit"
@@ -231,6 +246,32 @@ def execution(execution_id: str) -> str:
 
 #: The prefix of every execution record (scripts that find a record by an id they read).
 EXECUTION_PREFIX = f"{NAMESPACE}:exec:"
+
+
+def due(namespace: str) -> str:
+    """The due set of ``namespace``: its parked and pending executions by when they are due."""
+    return DUE_PREFIX + namespace
+
+
+def ready(namespace: str) -> str:
+    """The ready list of ``namespace``: ids made due now, which its dispatchers block on."""
+    return READY_PREFIX + namespace
+
+
+def lua_layout() -> str:
+    """The Lua that scripts include as ``_layout``: the names of an execution's record and its
+    namespace's queues, so a script that wakes an execution it knows only by id (a parked list
+    holds ids) makes it due in the right application's queues."""
+    return (
+        f"local EXECUTION_PREFIX = '{EXECUTION_PREFIX}'\n"
+        f"local DUE_PREFIX = '{DUE_PREFIX}'\n"
+        f"local READY_PREFIX = '{READY_PREFIX}'\n"
+        "-- queues_of(record): the due set and ready list of the stored execution `record`\n"
+        "local function queues_of(record)\n"
+        "  local namespace = redis.call('HGET', record, 'namespace') or ''\n"
+        "  return DUE_PREFIX .. namespace, READY_PREFIX .. namespace\n"
+        "end\n"
+    )
 
 
 def correlation(reactor: str, correlation_id: str) -> str:

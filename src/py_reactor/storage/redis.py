@@ -50,8 +50,11 @@ CONNECT_TIMEOUT = 5.0
 def lua_source(name: str) -> str:
     """The text of ``storage/lua/<name>.lua``, with its ``-- #include _<lib>`` lines inlined.
 
-    Redis runs each script alone, so code two scripts share (``_*.lua``) is pasted in here.
+    Redis runs each script alone, so code two scripts share (``_*.lua``) is pasted in here;
+    ``_layout`` is made from ``storage.keys`` (the names of an execution's record and queues).
     """
+    if name == "_layout":
+        return keys.lua_layout()
     try:
         text = (resources.files("py_reactor.storage") / "lua" / f"{name}.lua").read_text("utf-8")
     except FileNotFoundError:
@@ -140,13 +143,9 @@ class RedisStore:
 
     def lock_release(self, key: str, owner: str, token: int, level: int) -> int:
         k = keys.lock(key)
-        # DUE and READY are global, so this call is cross-slot (see lock_release.lua).
+        # Waking a parked execution writes its namespace's queues: cross-slot (lock_release.lua).
         return int(
-            self.run_script(
-                "lock_release",
-                (k.hold, k.queue, k.parked, keys.DUE, keys.READY),
-                (owner, token, level),
-            )
+            self.run_script("lock_release", (k.hold, k.queue, k.parked), (owner, token, level))
         )
 
     def lock_extend(self, key: str, owner: str, ttl_ms: int, token: int, level: int) -> bool:
@@ -183,12 +182,10 @@ class RedisStore:
 
     def semaphore_release(self, key: str, owner: str) -> int:
         k = keys.semaphore(key)
-        # DUE and READY are global, so this call is cross-slot (see semaphore_release.lua).
+        # Waking a parked execution writes its namespace's queues: cross-slot.
         return int(
             self.run_script(
-                "semaphore_release",
-                (k.holders, k.counts, k.queue, k.by, k.parked, keys.DUE, keys.READY),
-                (owner,),
+                "semaphore_release", (k.holders, k.counts, k.queue, k.by, k.parked), (owner,)
             )
         )
 
@@ -249,7 +246,7 @@ class RedisStore:
         self, key: str, bucket: str, owner: str, *, mark: bool, expire_at: int
     ) -> int:
         k = keys.period(key)
-        # DUE and READY are global, so this call is cross-slot (see period_release.lua).
+        # Waking a parked execution writes its namespace's queues: cross-slot.
         return int(
             self.run_script(
                 "period_release",
@@ -258,8 +255,6 @@ class RedisStore:
                     keys.period_claim(key, bucket),
                     k.waiters,
                     keys.parked("period", key),
-                    keys.DUE,
-                    keys.READY,
                 ),
                 (owner, 1 if mark else 0, expire_at, k.wake),
             )
@@ -306,10 +301,10 @@ class RedisStore:
         self, key: str, epoch: int, number: int, *, failed: bool, poison_ms: int, ttl_ms: int
     ) -> int:
         k = keys.ordered_lock(key)
-        # DUE and READY are global, so this call is cross-slot (see ordered_lock_release.lua).
+        # Waking a parked execution writes its namespace's queues: cross-slot.
         outcome, _ = self.run_script(
             "ordered_lock_release",
-            (k.state, k.beats, k.parked, keys.DUE, keys.READY),
+            (k.state, k.beats, k.parked),
             (epoch, number, 1 if failed else 0, poison_ms, ttl_ms, k.wake),
         )
         return int(outcome)
@@ -346,11 +341,13 @@ class RedisStore:
         except (redis.RedisError, OSError) as exc:
             raise self._failed(name, exc) from self._cause(exc)
 
-    def wait_signal(self, key: str, timeout: float) -> str | None:
-        """BLPOP ``key`` for up to ``timeout`` seconds (at least 10 ms: Redis 6.2 reads a
-        timeout under about 1 ms as 0, "block forever")."""
+    def wait_signal(self, key: str | Sequence[str], timeout: float) -> str | None:
+        """BLPOP ``key`` (or the first of several lists to have an element) for up to
+        ``timeout`` seconds (at least 10 ms: Redis 6.2 reads a timeout under about 1 ms as 0,
+        "block forever")."""
+        names = [key] if isinstance(key, str) else list(key)
         try:
-            reply = self.client.blpop([key], timeout=max(timeout, 0.01))
+            reply = self.client.blpop(names, timeout=max(timeout, 0.01))
         except (redis.RedisError, OSError) as exc:
             raise self._failed("BLPOP", exc) from self._cause(exc)
         if reply is None:

@@ -32,6 +32,7 @@ from py_reactor.dsl.reactor import Reactor
 from py_reactor.errors import DispatchError
 from py_reactor.runtime import leases
 from py_reactor.runtime.drive import recovery_pass, run_execution, worker_name
+from py_reactor.runtime.namespaces import celery_queue, namespace_of
 from py_reactor.runtime.units import store_new
 from py_reactor.storage import executions as stored_executions
 from py_reactor.transport.loop import serve
@@ -120,10 +121,10 @@ class Dispatcher:
     def send_due(self, ids: list[str]) -> None:
         """Send a job for each of ``ids`` still due (and not being sent by another)."""
         executions = stored_executions()
-        for execution_id, epoch, queue in executions.take_for_sending(
+        for execution_id, epoch, queue, namespace in executions.take_for_sending(
             ids, resend_after=get_config().celery_resend_after
-        ):
-            send(execution_id, epoch, queue=queue or None)
+        ):  # one stored by a thread worker has no queue yet: its namespace's
+            send(execution_id, epoch, queue=queue or celery_queue(namespace))
 
     def _loop(self) -> None:
         serve(self._stopped, lambda ready: self.send_due([ready]), self.sweep, "the dispatcher")
@@ -191,23 +192,19 @@ def check_can_send(cls: type) -> None:
         )
 
 
-def send(
-    execution_id: str, epoch: int, *, queue: str | None = None, priority: int | None = None
-) -> None:
-    """Send the job that runs ``execution_id`` (claimed at ``epoch``) to ``queue`` (default
-    ``configure(celery_queue=...)``; a re-sent job goes to the queue the execution was first
-    sent to, whoever sends it), at Celery ``priority`` (None: the broker's first).
+def send(execution_id: str, epoch: int, *, queue: str, priority: int | None = None) -> None:
+    """Send the job that runs ``execution_id`` (claimed at ``epoch``) to ``queue`` (its
+    namespace's, ``runtime.namespaces.celery_queue``; a re-sent job goes to the queue the
+    execution was first sent to, whoever sends it), at Celery ``priority`` (None: the broker's
+    first).
 
     A broker that cannot be reached is logged, not raised: the execution is stored and due,
     and the recovery loop sends it again later.
     """
-    config = get_config()
     sender = current_sender()
     options: dict[str, Any] = {} if priority is None else {"priority": priority}
     try:
-        sender.send_task(
-            TASK, args=(execution_id, epoch), queue=queue or config.celery_queue, **options
-        )
+        sender.send_task(TASK, args=(execution_id, epoch), queue=queue, **options)
     except Exception as exc:
         logger.warning(
             "py_reactor: sending the job of execution %s failed (%s: %s); it stays due and "
@@ -287,11 +284,12 @@ class CeleryTransport:
     def dispatch(self, reactor: type[Reactor], context: Context) -> None:
         config = get_config()
         check_can_send(reactor)
+        queue = celery_queue(namespace_of(reactor))
         created = store_new(
-            reactor, context, sent_by_caller=config.celery_resend_after, queue=config.celery_queue
+            reactor, context, sent_by_caller=config.celery_resend_after, queue=queue
         )
         if created:  # else it was dispatched before (an async unit's id is derived, not random)
-            send(context.execution_id, 0, priority=NEW_WORK_PRIORITY)
+            send(context.execution_id, 0, queue=queue, priority=NEW_WORK_PRIORITY)
 
     def serve_here(self) -> None:
         """Celery workers serve (their dispatcher bootstep): nothing to start here."""

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 
 from py_reactor.errors import StoreUnavailableError
+from py_reactor.runtime.namespaces import served
 from py_reactor.storage import executions as stored_executions
 
 __all__ = ["SWEEP_EVERY", "serve"]
@@ -28,9 +29,10 @@ def serve(
     sweep: Callable[[], object],
     who: str,
 ) -> None:
-    """Until ``stopped``: block on the ready list for an id made due now (a dispatch, or the
-    release of a key an execution parked on) and pass it to ``on_ready``; every
-    ``SWEEP_EVERY`` seconds run ``sweep`` (parks whose timer fired, lapsed leases).
+    """Until ``stopped``: block on the ready lists of the namespaces this process serves for an
+    id made due now (a dispatch, or the release of a key an execution parked on) and pass it
+    to ``on_ready``; every ``SWEEP_EVERY`` seconds run ``sweep`` (parks whose timer fired,
+    lapsed leases).
 
     A store that goes away is said once (and once when it is back), not at every turn.
     """
@@ -38,9 +40,9 @@ def serve(
     down = False
     while not stopped.is_set():
         try:
-            ready = stored_executions().next_ready(
-                SWEEP_EVERY
-            )  # the configured store: it may change
+            # the configured store (it may change), and the namespaces served now (a module
+            # imported since may add one)
+            ready = stored_executions().next_ready(served(), SWEEP_EVERY)
             if ready is not None:
                 on_ready(ready)
             now = time.monotonic()

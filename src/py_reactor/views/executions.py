@@ -64,10 +64,12 @@ def list_executions(
     *,
     reactor: str | None = None,
     status: str | None = None,
+    namespace: str | None = None,
     limit: int = 50,
     cursor: int = 0,
 ) -> dict[str, Any]:
-    """A page of execution summaries, newest first, filtered by reactor and status.
+    """A page of execution summaries, newest first, filtered by reactor, status and
+    namespace.
 
     ``reactor`` matches the stored ``module:qualname`` exactly, or its class name alone.
     ``cursor`` is a position in the newest-first index (0: the newest); the reply's
@@ -91,6 +93,8 @@ def list_executions(
                 continue  # removed since the index was read
             if status is not None and found_status != status:
                 continue
+            if namespace is not None and (head.namespace or "") != namespace:
+                continue
             if reactor is not None and not _same_reactor(found_reactor or "", reactor):
                 continue
             stored = executions.load(execution_id)
@@ -108,7 +112,13 @@ def list_executions(
         "items": items,
         "next_cursor": position if more else None,
         "total": inspector.execution_count(),
-        "filters": {"reactor": reactor, "status": status, "limit": limit, "cursor": cursor},
+        "filters": {
+            "reactor": reactor,
+            "status": status,
+            "namespace": namespace,
+            "limit": limit,
+            "cursor": cursor,
+        },
     }
 
 
@@ -125,6 +135,7 @@ def summary(stored: StoredExecution) -> dict[str, Any]:
         "execution_id": stored.id,
         "reactor": stored.reactor,
         "reactor_name": stored.reactor.rpartition(":")[2],
+        "namespace": stored.namespace,
         "status": stored.status,
         "created_at": stored.created_at,
         "updated_at": stored.updated_at,
@@ -199,6 +210,7 @@ def _parked_item(stored: StoredExecution) -> dict[str, Any]:
         "execution_id": stored.id,
         "reactor": stored.reactor,
         "reactor_name": stored.reactor.rpartition(":")[2],
+        "namespace": stored.namespace,
         "status": stored.status,
         "step": waiting.get("step"),
         "primitive": waiting.get("primitive"),

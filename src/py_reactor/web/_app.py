@@ -163,6 +163,7 @@ def _listing(dash: Dashboard, request: Request) -> dict[str, Any]:
         dash.store(),
         reactor=params.get("reactor") or None,
         status=status,
+        namespace=params.get("namespace") or None,
         limit=min(limit, 500),
         cursor=cursor,
     )

@@ -41,10 +41,13 @@ UNKNOWN_STATUS = "unknown"
 _BATCH = 1000
 
 
-def namespace_of(reactor: str | None) -> str:
-    """The namespace label of a stored reactor path: the top-level package of its module
-    (``shop`` for ``shop.reactors:Checkout``). Namespaces are not stored yet (DESIGN §2c), so
-    this is the default a namespace will have; ``""`` for a record naming no reactor."""
+def namespace_of(reactor: str | None, stored: str | None = None) -> str:
+    """The namespace label of an execution: the one its record names (``stored``), else
+    the default of its reactor path, the top-level package of its module (``shop`` for
+    ``shop.reactors:Checkout``: a record written before namespaces were stored); ``""`` for a
+    record naming neither."""
+    if stored:
+        return stored
     module = (reactor or "").partition(":")[0]
     return module.partition(".")[0]
 
@@ -67,7 +70,8 @@ class StoreCollector:
         store = self._store()
         executions = GaugeMetricFamily(
             "py_reactor_executions",
-            "Stored executions by namespace (the reactor module's top-level package) and status.",
+            "Stored executions by namespace (the application: by default its reactor module's "
+            "top-level package) and status.",
             labels=["namespace", "status"],
         )
         for (namespace, status), count in sorted(execution_counts(store).items()):
@@ -87,7 +91,7 @@ class StoreCollector:
         by_primitive: Counter[tuple[str, str]] = Counter()
         since: dict[str, float] = {}
         for item in parked["parked"]:
-            namespace = namespace_of(item["reactor"])
+            namespace = namespace_of(item["reactor"], item.get("namespace"))
             by_primitive[namespace, str(item["primitive"])] += 1
             if item["since"] is not None:
                 since[namespace] = min(since.get(namespace, item["since"]), item["since"])
@@ -127,7 +131,7 @@ def execution_counts(store: RedisStore) -> dict[tuple[str, str], int]:
         for head in inspector.heads(ids):
             if head.status is None and head.reactor is None:
                 continue  # removed since the index was read
-            namespace = namespace_of(head.reactor)
+            namespace = namespace_of(head.reactor, head.namespace)
             namespaces.add(namespace)
             status = head.status if head.status in known else UNKNOWN_STATUS
             counts[namespace, str(status)] += 1

@@ -2,15 +2,14 @@
 -- waiter.
 -- KEYS[1] hold      hash {owner, count, token, waiting, by, seq, level:<n>} (see _lock_levels)
 -- KEYS[2] queue     zset of waiters "<waiter>|<by>|<owner>|<ttl_ms>|<wait_ms>" by enqueue time
--- KEYS[3] parked    list of execution ids parked on this lock (optional, with KEYS[4], KEYS[5])
--- KEYS[4] due       zset of parked execution ids -> due time; KEYS[5] ready: list dispatchers pop
+-- KEYS[3] parked    list of execution ids parked on this lock (optional)
 -- ARGV[1] owner; ARGV[2] the hold's fencing token (a stale hold of the same owner, whose key
 -- expired and was taken again, frees nothing); ARGV[3] the caller's level: only that level is
 -- given back, so a runner that wakes after its level lapsed (or after a recovered run of its
 -- execution re-entered the hold) frees nothing of anyone else's
--- KEYS[1..3] and the wake lists share the lock's hash tag; KEYS[4] and KEYS[5] are global (one
--- due set for every key), so a release that may wake a parked execution is cross-slot: parking
--- cannot run on Redis Cluster until the due set is sharded.
+-- KEYS[1..3] and the wake lists share the lock's hash tag; a release that wakes a parked
+-- execution writes its record's namespace's due set and ready list (see _wake_parked), so it
+-- is cross-slot: parking cannot run on Redis Cluster until the due sets are sharded.
 -- Writes on handoff: the hold (new owner, count 1, new token, the waiter's by) and the waiter's
 -- wake list (named from the queue's, see _queue) = token;
 -- when no waiter takes the freed lock, the oldest execution parked on it is made due now
@@ -51,6 +50,6 @@ if h[4] then  -- somebody queued while we held it
   handed = hand_off(KEYS[1], KEYS[2], tonumber(h[3]), redis.call('TIME'))
 end
 if not handed and KEYS[3] then
-  wake_parked(KEYS[3], KEYS[4], KEYS[5], false)
+  wake_parked(KEYS[3], false)
 end
 return 0

@@ -11,9 +11,8 @@
 -- KEYS[1]  state   py_reactor:ordered_lock:{<key>}:state
 -- KEYS[2]  beats   py_reactor:ordered_lock:{<key>}:beats
 -- KEYS[3]  parked  py_reactor:ordered_lock:{<key>}:parked, execution ids parked on this
---                  ordered lock (optional, with KEYS[4] due: zset of parked ids -> due time,
---                  and KEYS[5] ready: list dispatchers pop); every one is woken when the turn
---                  passes on: each checks its own turn
+--                  ordered lock (optional); every one is woken when the turn passes on:
+--                  each checks its own turn
 -- ARGV[1]  epoch   the position's epoch (digits)
 -- ARGV[2]  number  the position's number
 -- ARGV[3]  failed  1 to record that this position failed (strict mode), else 0
@@ -21,9 +20,9 @@
 -- ARGV[5]  ttl     expiry of every key written, in milliseconds
 -- ARGV[6]  wake    py_reactor:ordered_lock:{<key>}:wake: (prefix of the wake lists; the one of
 --                  the position that becomes current is <wake><epoch>:<number>)
--- KEYS[1..3] and the wake lists share the lock's hash tag; KEYS[4] and KEYS[5] are global (one
--- due set for every key), so this script is cross-slot when it wakes parked executions:
--- parking cannot run on Redis Cluster until the due set is sharded.
+-- KEYS[1..3] and the wake lists share the lock's hash tag; waking a parked execution writes
+-- its namespace's due set and ready list (see _wake_parked), so this script is cross-slot when
+-- it wakes parked executions: parking cannot run on Redis Cluster until they are sharded.
 --
 -- Reply:   {1, done}  the turn passed on; done is the new last completed position
 --          {2, 0}     the turn passed on and the sequence drained (a new epoch began)
@@ -40,7 +39,7 @@
 local state, beats, wake = KEYS[1], KEYS[2], ARGV[6]
 local function passed(reply)
   if KEYS[3] then
-    wake_parked(KEYS[3], KEYS[4], KEYS[5], true)
+    wake_parked(KEYS[3], true)
   end
   return reply
 end

@@ -11,8 +11,8 @@
 -- ARGV[4]  wake list prefix of this period's waiters: py_reactor:period:{<key>}:wake: (the
 --          wake lists share the keys' hash tag)
 -- KEYS[4]  parked: py_reactor:period:{<key>}:parked, list of execution ids parked on the period
--- KEYS[5]  due zset of parked executions; KEYS[6] ready list dispatchers pop (both global, so
---          this call is cross-slot, as a lock's release is)
+--          (waking one writes its namespace's due set and ready list: cross-slot, as a
+--          lock's release is)
 --
 -- Returns the claim's remaining nesting count (0 once dropped), or -1 if the owner no longer
 -- held it (its lease lapsed); the marker is written either way when asked for.
@@ -23,7 +23,7 @@
 --   waiters                 sorted set of waiter ids scored by server ms until which each
 --                           waits: stale ones are dropped, the rest woken, then it is deleted.
 --   <wake prefix><waiter>   list: one '1' pushed per wake-up; expires after 60 s.
---   parked, due, ready      every parked execution made due now and pushed to ready.
+--   parked                  every parked execution made due now (see _wake_parked).
 -- #include _wake_parked
 local owner = ARGV[1]
 local remaining = -1
@@ -54,6 +54,6 @@ if woke then
     redis.call('PEXPIRE', wake, 60000)
   end
   redis.call('DEL', KEYS[3])
-  wake_parked(KEYS[4], KEYS[5], KEYS[6], true)
+  wake_parked(KEYS[4], true)
 end
 return remaining
