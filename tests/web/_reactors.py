@@ -166,3 +166,18 @@ def _gated(name: str) -> str:
     if not GATES[name].wait(20):
         raise TimeoutError(f"the test never opened the gate of {name}")
     return "done"
+
+
+@background
+class Lined(Reactor):
+    """A step under an ordered lock only, running until its gate opens: a second run waits
+    for its turn, parked on the ordered lock (a park the cap never counts)."""
+
+    key: str
+
+    @step
+    @with_ordered_lock(lambda args: f"turns:{args['key']}")
+    def work(key: str) -> str:
+        return _gated(key)
+
+    returns = "work"

@@ -19,6 +19,7 @@ from py_reactor.storage.executions import ExecutionStore, StoredExecution
 from py_reactor.storage.inspect import Inspector
 from py_reactor.storage.redis import RedisStore
 from py_reactor.views.coordination import Reader, coordination
+from py_reactor.views.parks import parks_left
 from py_reactor.views.records import BATCH, SCAN_IDS, live_executions, load_context, now_ms
 
 __all__ = [
@@ -179,6 +180,7 @@ def execution_detail(store: RedisStore, execution_id: str) -> dict[str, Any] | N
         worker=stored.worker,
         retry_of=None if context is None else context.retry_of,
         retried_by=stored.retried_by,
+        parks_left=parks_left(stored, context),
         actions=[
             name
             for name, accepted in ACTIONS.items()

@@ -7,6 +7,7 @@ caller) can run steps. The actions themselves are in ``_actions``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from importlib import resources
 from typing import Any
@@ -18,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from py_reactor.config import configure
+from py_reactor.config import configure, get_config
 from py_reactor.errors import StoreUnavailableError
 from py_reactor.states import Status
 from py_reactor.views import coordination as _coordination
@@ -221,11 +222,13 @@ def _execution_page(dash: Dashboard, request: Request) -> Response:
             message=f"the store has no execution {execution_id!r}",
         )
     reactor = _declared.reactor_class(detail["reactor"])
+    cap = get_config().park_max_attempts
     return dash.page(
         request,
         "_execution.html" if _wants_fragment(request) else "execution.html",
         ex=detail,
         known_reactor=reactor is not None,
+        park_cap=int(cap) if math.isfinite(cap) else None,
         notice=request.query_params.get("done"),
         live_url=f"{request.url.path}?fragment=1",
     )

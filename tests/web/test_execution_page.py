@@ -1,0 +1,78 @@
+"""What one execution's page and ``/api/executions/{id}`` tell an operator (issue 21): the
+parks a waiting run has left before its step fails, the payload a paused run's resume form
+expects, and the keys its rollback ran under.
+
+Real runs on the session's private Redis; the thread worker of this process parks them.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+
+from py_reactor import configure
+from py_reactor.web import app
+from tests._wait import status, until
+from tests.web import _reactors as r
+from tests.web.conftest import client
+from tests.web.test_api import WOKEN_WITHIN, parked_on_lock, section
+
+# -- parks left ---------------------------------------------------------------------------------
+
+
+def test_a_parked_run_shows_the_parks_it_has_left_before_its_step_fails(key: str) -> None:
+    """With park_max_attempts=3, a run parked once on a lock may park twice more: the detail
+    (API and the Waiting panel) says 2; once the key is released it runs, and a run that is
+    not parked has no such number."""
+    configure(park_max_attempts=3)
+    held, waiting = parked_on_lock(key)
+    try:
+        c = client(app())
+        detail = c.get(f"/api/executions/{waiting}").json()
+        assert detail["waiting_on"]["primitive"] == "lock"
+        assert detail["parks_left"] == 2
+        panel = section(c.get(f"/executions/{waiting}").text, "waiting")
+        assert "Parks left" in panel
+        assert re.search(r"<dd[^>]*>2 of 3\b", panel), panel
+    finally:
+        held.release()
+    until(lambda: status(waiting) == "completed", "the wake on release", timeout=WOKEN_WITHIN)
+    assert client(app()).get(f"/api/executions/{waiting}").json()["parks_left"] is None
+
+
+def test_without_a_park_cap_a_parked_run_has_no_parks_left_number(key: str) -> None:
+    """park_max_attempts=math.inf: the step never fails for parking, so parks_left is null
+    and the page says there is no cap."""
+    configure(park_max_attempts=math.inf)
+    held, waiting = parked_on_lock(key)
+    try:
+        c = client(app())
+        assert c.get(f"/api/executions/{waiting}").json()["parks_left"] is None
+        panel = section(c.get(f"/executions/{waiting}").text, "waiting")
+        assert "no cap" in panel
+    finally:
+        held.release()
+    until(lambda: status(waiting) == "completed", "the wake on release", timeout=WOKEN_WITHIN)
+
+
+def test_a_run_waiting_for_its_ordered_lock_turn_spends_no_parks(key: str) -> None:
+    """A run parked for its ordered-lock turn: turns never count toward the cap, so
+    parks_left is null and the page says turns never count."""
+    configure(park_max_attempts=3)
+    r.GATES[key], r.STARTED[key] = threading.Event(), threading.Event()
+    first = r.Lined.run(key=key)
+    assert r.STARTED[key].wait(10)
+    second = r.Lined.run(key=key)
+    try:
+        until(lambda: status(second.execution_id) == "waiting", "the park for its turn")
+        c = client(app())
+        detail = c.get(f"/api/executions/{second.execution_id}").json()
+        assert detail["waiting_on"]["primitive"] == "ordered_lock"
+        assert detail["parks_left"] is None
+        panel = section(c.get(f"/executions/{second.execution_id}").text, "waiting")
+        assert "ordered-lock turns never count" in panel
+    finally:
+        r.GATES[key].set()
+    assert first.wait(timeout=10).is_success
+    assert second.wait(timeout=WOKEN_WITHIN).is_success
