@@ -181,3 +181,13 @@ class Lined(Reactor):
         return _gated(key)
 
     returns = "work"
+
+
+class Note(Reactor):
+    """Pauses at ``note`` for any JSON object (an interrupt without a payload model)."""
+
+    key: str
+
+    note = interrupt(correlation_id=lambda i: f"note:{i['key']}")
+
+    returns = "note"

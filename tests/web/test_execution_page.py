@@ -7,6 +7,8 @@ Real runs on the session's private Redis; the thread worker of this process park
 
 from __future__ import annotations
 
+import html
+import json
 import math
 import re
 import threading
@@ -76,3 +78,30 @@ def test_a_run_waiting_for_its_ordered_lock_turn_spends_no_parks(key: str) -> No
         r.GATES[key].set()
     assert first.wait(timeout=10).is_success
     assert second.wait(timeout=WOKEN_WITHIN).is_success
+
+
+# -- the resume form's payload ------------------------------------------------------------------
+
+
+def test_the_resume_form_shows_the_json_schema_of_the_interrupts_payload_model(key: str) -> None:
+    """A run paused at an interrupt with a pydantic payload model: the Paused panel names the
+    model and shows its JSON Schema (fields and types), next to the form."""
+    out = r.Review.run(key=key)
+    c = client(app(auth=lambda request: True))
+    paused = section(c.get(f"/executions/{out.execution_id}").text, "paused")
+    assert "Approval" in paused
+    match = re.search(r'<pre class="payload-schema">(.*?)</pre>', paused, re.S)
+    assert match is not None, paused
+    schema = json.loads(html.unescape(match.group(1)))
+    assert schema["properties"]["approved"]["type"] == "boolean"
+    assert schema["required"] == ["approved"]
+    assert 'name="payload"' in paused
+
+
+def test_an_interrupt_without_a_model_takes_any_json_object(key: str) -> None:
+    """An interrupt without a payload model: the panel says any JSON object will do."""
+    out = r.Note.run(key=key)
+    assert out.status == "paused"
+    paused = section(client(app()).get(f"/executions/{out.execution_id}").text, "paused")
+    assert "any JSON object" in paused
+    assert "payload-schema" not in paused

@@ -15,12 +15,20 @@ from typing import Any
 
 from py_reactor.config import get_config
 from py_reactor.coordination.scope import compute_key
-from py_reactor.dsl.declaration import StepKind
+from py_reactor.dsl.declaration import StepDeclaration, StepKind
+from py_reactor.dsl.interrupt import options_of
 from py_reactor.dsl.reactor import Reactor
 from py_reactor.dsl.registry import lookup
 from py_reactor.engine.resolve import resolve_arguments
 
-__all__ = ["declaration", "describe", "reactor_class", "semaphore_limit", "windows"]
+__all__ = [
+    "declaration",
+    "describe",
+    "interrupt_payload",
+    "reactor_class",
+    "semaphore_limit",
+    "windows",
+]
 
 #: (reactor ``module:qualname``, step path or None) that took or waits on a key.
 User = tuple[str, str | None]
@@ -52,6 +60,58 @@ def declaration(reactor: str, step: str | None, primitive: str) -> Any:
     if plan.declaration.kind is StepKind.REACTOR:
         return plan.declaration.target.coordination.get(primitive)
     return plan.declaration.coordination.get(primitive)
+
+
+def interrupt_payload(reactor: str, step: str | None) -> dict[str, Any]:
+    """What a resume of ``reactor``'s run paused at the interrupt ``step`` (a dotted path
+    through composed children and map elements, as ``waiting_on["step"]``) must carry, read
+    from the class this process imported (never imported here):
+
+    ``{"imported": False}`` when it is not imported; ``{"imported": True, "found": False}``
+    when it has no interrupt there (the class changed since the run paused); else
+    ``{"imported": True, "found": True, "model", "fields", "schema"}``: the payload model's
+    name, its field names and its JSON Schema, all None for an interrupt without a model (any
+    JSON object); ``schema`` is None when pydantic cannot express the model as JSON Schema.
+    """
+    cls = reactor_class(reactor)
+    if cls is None:
+        return {"imported": False}
+    decl = _interrupt_at(cls, step or "")
+    if decl is None:
+        return {"imported": True, "found": False}
+    model = options_of(decl).payload
+    if model is None:
+        return {"imported": True, "found": True, "model": None, "fields": None, "schema": None}
+    schema: dict[str, Any] | None
+    try:
+        schema = model.model_json_schema()
+    except Exception:  # a field type JSON Schema cannot express: the field names still help
+        schema = None
+    return {
+        "imported": True,
+        "found": True,
+        "model": model.__qualname__,
+        "fields": list(model.model_fields),
+        "schema": schema,
+    }
+
+
+def _interrupt_at(cls: type[Reactor], path: str) -> StepDeclaration | None:
+    """The interrupt declaration at the dotted ``path`` from ``cls`` (``"review"``,
+    ``"child.review"``, ``"items[3].review"``), or None."""
+    owner: type[Reactor] = cls
+    parts = path.split(".") if path else []
+    for i, part in enumerate(parts):
+        plan = owner.__py_reactor_plan__.get(part.split("[", 1)[0])
+        if plan is None:
+            return None
+        decl = plan.declaration
+        if i == len(parts) - 1:
+            return decl if decl.kind is StepKind.INTERRUPT else None
+        if decl.kind not in (StepKind.REACTOR, StepKind.MAP):
+            return None
+        owner = decl.target
+    return None
 
 
 def semaphore_limit(users: Iterable[User]) -> int | None:

@@ -222,12 +222,17 @@ def _execution_page(dash: Dashboard, request: Request) -> Response:
             message=f"the store has no execution {execution_id!r}",
         )
     reactor = _declared.reactor_class(detail["reactor"])
+    paused = detail["status"] == Status.PAUSED and detail["waiting_on"]
     cap = get_config().park_max_attempts
     return dash.page(
         request,
         "_execution.html" if _wants_fragment(request) else "execution.html",
         ex=detail,
         known_reactor=reactor is not None,
+        module=detail["reactor"].partition(":")[0],
+        payload=_declared.interrupt_payload(detail["reactor"], detail["waiting_on"].get("step"))
+        if paused
+        else None,
         park_cap=int(cap) if math.isfinite(cap) else None,
         notice=request.query_params.get("done"),
         live_url=f"{request.url.path}?fragment=1",
