@@ -183,6 +183,35 @@ class Lined(Reactor):
     returns = "work"
 
 
+@background
+class Refunds(Reactor):
+    """``hold`` (under a lock and a semaphore slot, undoable), then ``pay`` (under a lock)
+    fails: rollback compensates ``pay`` and undoes ``hold``, each under the step's keys."""
+
+    key: str
+
+    @step
+    @with_lock(lambda args: f"hold:{args['key']}", ttl=30)
+    @with_semaphore(lambda args: f"slots:{args['key']}", limit=2, lease=30)
+    def hold(key: str) -> str:
+        return "held"
+
+    @hold.undo
+    def unhold(result: str, key: str) -> None:
+        return None
+
+    @step(held=Result("hold"))
+    @with_lock(lambda args: f"pay:{args['key']}", ttl=30)
+    def pay(key: str, held: str) -> Any:
+        raise RuntimeError(f"card declined for {key}")
+
+    @pay.compensate
+    def void(error: Any, key: str, held: str) -> None:
+        return None
+
+    returns = "pay"
+
+
 class Note(Reactor):
     """Pauses at ``note`` for any JSON object (an interrupt without a payload model)."""
 

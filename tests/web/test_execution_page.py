@@ -12,13 +12,21 @@ import json
 import math
 import re
 import threading
+from typing import Any
 
-from py_reactor import configure
+from py_reactor import Lock, configure
 from py_reactor.web import app
 from tests._wait import status, until
 from tests.web import _reactors as r
 from tests.web.conftest import client
 from tests.web.test_api import WOKEN_WITHIN, parked_on_lock, section
+
+
+def entries(page: str, kind: str) -> list[str]:
+    """The timeline entries of ``kind`` on an execution's page, as their HTML."""
+    timeline = section(page, "timeline")
+    return re.findall(rf'<li class="entry[^"]*" data-type="{kind}">(.*?)</li>', timeline, re.S)
+
 
 # -- parks left ---------------------------------------------------------------------------------
 
@@ -105,3 +113,23 @@ def test_an_interrupt_without_a_model_takes_any_json_object(key: str) -> None:
     paused = section(client(app()).get(f"/executions/{out.execution_id}").text, "paused")
     assert "any JSON object" in paused
     assert "payload-schema" not in paused
+
+
+# -- rollback rows ------------------------------------------------------------------------------
+
+
+def test_compensate_and_undo_rows_show_the_keys_they_ran_under(key: str) -> None:
+    """The timeline's compensate row names the lock of the failed step it ran under, and the
+    undo row the lock and semaphore its step's undo re-took, as a step's run row does."""
+    out = r.Refunds.run(key=key)
+    outcome: Any = out.wait(timeout=10)
+    assert not outcome.is_success
+    page = client(app()).get(f"/executions/{out.execution_id}").text
+    [run] = entries(page, "run")
+    assert f"hold:{key}" in run
+    [compensate] = entries(page, "compensate")
+    assert re.search(rf"lock <code>pay:{key}</code>", compensate), compensate
+    [undo] = entries(page, "undo")
+    assert re.search(rf"lock <code>hold:{key}</code>", undo), undo
+    assert re.search(rf"semaphore <code>slots:{key}</code>", undo), undo
+    assert Lock(f"hold:{key}").state().owner is None  # the undo gave its keys back

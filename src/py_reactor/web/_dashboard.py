@@ -60,7 +60,12 @@ class Dashboard:
             undefined=jinja2.ChainableUndefined,
         )
         self.env.filters.update(
-            ts=_timestamp, duration=_duration, pretty=_pretty, short=_short, q=quote
+            ts=_timestamp,
+            duration=_duration,
+            pretty=_pretty,
+            short=_short,
+            q=quote,
+            rollback_keys=_rollback_keys,
         )
 
     def store(self) -> RedisStore:
@@ -149,3 +154,20 @@ def _pretty(value: Any) -> str:
 def _short(value: Any, length: int = 12) -> str:
     text = str(value)
     return text if len(text) <= length else text[:length] + "…"
+
+
+def _rollback_keys(entry: dict[str, Any], trace: list[dict[str, Any]]) -> dict[str, str]:
+    """The keys a compensate or undo entry ran under, ``{primitive: key}``: the lock and
+    semaphore its step's own entries record under ``coordination`` (a rollback re-takes
+    those, computed from the same arguments), else the one key the entry records itself
+    (under ``"key"``: the entry does not say which primitive's)."""
+    step = entry.get("step")
+    keys: dict[str, str] = {}
+    for other in trace:
+        ran = other.get("coordination")
+        if other.get("step") == step and isinstance(ran, dict):
+            keys.update({p: str(ran[p]) for p in ("lock", "semaphore") if ran.get(p)})
+    recorded = entry.get("key")
+    if recorded and str(recorded) not in keys.values():
+        keys["key"] = str(recorded)
+    return keys
