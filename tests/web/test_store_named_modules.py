@@ -13,6 +13,7 @@ import json
 import sys
 import textwrap
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +56,7 @@ class Review(Reactor):
 
 
 @pytest.fixture
-def side_effect(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str, Path]:
+def side_effect(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, Path]]:
     """``(module name, marker file)``: a module importable from ``sys.path`` that writes the
     marker when it is imported."""
     name = f"pyr_side_effect_{uuid.uuid4().hex[:10]}"
@@ -121,44 +122,3 @@ def test_the_dashboard_never_imports_the_reactor_module_a_paused_record_names(
     done = workers.resume(out.execution_id, {"approved": True})
     assert marker.exists()  # Reactor.resume / workers.resume import the class, as before
     assert done.value == "approved=True"
-
-
-def test_undo_retry_and_cancel_import_nothing_the_store_names(
-    key: str, raw: redis.Redis, side_effect: tuple[str, Path]
-) -> None:
-    """A failed run whose record names an unimported reactor and exception class: the pages
-    import neither; undo and retry (which run the reactor's code) are refused with the
-    --import hint; cancel, which needs no code of the reactor, cancels without importing."""
-    module, marker = side_effect
-    reactor = f"{module}:Review"
-    broken = r.Broken.run(key=key)
-    broken.wait(timeout=10)
-    rename(raw, broken.execution_id, reactor, exception_class=f"{module}.Boom")
-    c = client(app(auth=lambda request: True))
-
-    for path in (f"/executions/{broken.execution_id}", f"/api/executions/{broken.execution_id}"):
-        assert c.get(path).status_code == 200, path
-    for path in ("/", "/coordination", "/api/executions", "/api/holds", "/api/parked"):
-        assert c.get(path).status_code == 200, path
-    assert c.get(f"/api/executions/{broken.execution_id}").json()["outcome"]["exception_class"] == (
-        f"{module}.Boom"
-    )
-    assert not marker.exists()
-
-    token = c.cookies[COOKIE]
-    for action in ("undo", "retry"):
-        refused = c.post(
-            f"/api/executions/{broken.execution_id}/{action}", headers={"X-CSRF-Token": token}
-        )
-        assert refused.status_code == 409, action
-        assert f"py-reactor dashboard --import {module}" in refused.json()["error"], action
-    assert status(broken.execution_id) == "failed"
-    assert not marker.exists()
-
-    cancelled = c.post(
-        f"/api/executions/{broken.execution_id}/cancel", headers={"X-CSRF-Token": token}
-    )
-    assert cancelled.status_code == 200
-    assert cancelled.json()["execution"]["status"] == "cancelled"
-    assert not marker.exists()
-    assert module not in sys.modules

@@ -18,11 +18,16 @@ from starlette.responses import RedirectResponse, Response
 from py_reactor import api
 from py_reactor.config import get_config
 from py_reactor.errors import ReactorError
+from py_reactor.storage.inspect import Inspector
+from py_reactor.views import declared as _declared
 from py_reactor.views import executions as _executions
 from py_reactor.web._csrf import FIELD, HEADER
 from py_reactor.web._dashboard import JSON, Dashboard
 
 __all__ = ["api_action", "form_action"]
+
+#: The actions that run the reactor's code, so need its class imported here.
+NEEDS_CLASS = frozenset({"resume"})
 
 
 class _Refused(Exception):
@@ -58,6 +63,8 @@ def _act(
             "py_reactor is configured for another store than the one this dashboard shows; "
             "call configure(redis_url=...) with the dashboard's redis_url",
         )
+    if action in NEEDS_CLASS:
+        _refuse_unimported(dash, execution_id, action)
     operation = getattr(api, action)
     try:
         if action == "resume":  # always in a worker: a web request does not run the workflow
@@ -72,6 +79,30 @@ def _act(
         new_id = getattr(result, "execution_id", None)
         return (new_id or execution_id), "retry"
     return execution_id, action
+
+
+def _refuse_unimported(dash: Dashboard, execution_id: str, action: str) -> None:
+    """Refuse ``action`` when the reactor the record names is not imported in this process.
+
+    The operation would import its module by the name the store gives (``Reactor.resume`` and
+    the command line may: their user chose the store and the code), and the dashboard never
+    imports a module because the store names it.
+
+    Raises:
+        _Refused: 409, naming the reactor and how to import it.
+    """
+    [head] = Inspector(dash.store()).heads([execution_id])
+    reactor = head.reactor
+    if reactor is None or _declared.reactor_class(reactor) is not None:
+        return  # an unknown id: the operation says so
+    module = reactor.partition(":")[0]
+    raise _Refused(
+        409,
+        f"cannot {action} execution {execution_id}: its reactor {reactor} is not imported in "
+        "the dashboard's process, and the dashboard never imports a module the store names; "
+        f"start it with py-reactor dashboard --import {module} (or import {module} in the "
+        "application that mounts it)",
+    )
 
 
 def _payload(text: str | None) -> Any:
