@@ -122,3 +122,27 @@ def test_the_dashboard_never_imports_the_reactor_module_a_paused_record_names(
     done = workers.resume(out.execution_id, {"approved": True})
     assert marker.exists()  # Reactor.resume / workers.resume import the class, as before
     assert done.value == "approved=True"
+
+
+def test_the_pages_import_neither_the_reactor_nor_the_exception_class_a_record_names(
+    key: str, raw: redis.Redis, side_effect: tuple[str, Path]
+) -> None:
+    """A failed run whose record names an unimported reactor and exception class: every page
+    and API read shows it (the class name as text) without importing either module."""
+    module, marker = side_effect
+    broken = r.Broken.run(key=key)
+    broken.wait(timeout=10)
+    rename(raw, broken.execution_id, f"{module}:Review", exception_class=f"{module}.Boom")
+    c = client(app(auth=lambda request: True))
+
+    detail = c.get(f"/api/executions/{broken.execution_id}")
+    assert detail.status_code == 200
+    assert detail.json()["outcome"]["exception_class"] == f"{module}.Boom"
+    assert detail.json()["problem"] is None
+    page = c.get(f"/executions/{broken.execution_id}")
+    assert page.status_code == 200
+    assert f"{module}.Boom" in page.text
+    for path in ("/", "/coordination", "/api/executions", "/api/holds", "/api/parked", "/metrics"):
+        assert c.get(path).status_code in (200, 501), path
+    assert not marker.exists()
+    assert module not in sys.modules

@@ -165,8 +165,11 @@ def find(execution_id: str) -> Execution | None:
 
 def problem_of(stored: StoredExecution) -> str | None:
     """What of ``stored`` cannot be read, as one sentence naming the record; None when it
-    reads well (the dashboard shows it beside the record, as ``find(id).problem``)."""
-    return _read(stored).problem
+    reads well (the dashboard shows it beside the record, as ``find(id).problem``).
+
+    The outcome is checked, not rebuilt: rebuilding imports the module its exception class
+    names, and the dashboard never imports a module the store names."""
+    return _read(stored, rebuild=False).problem
 
 
 def snapshot(stored: StoredExecution) -> Execution:
@@ -306,7 +309,9 @@ class _Read:
         self.problem = problem
 
 
-def _read(stored: StoredExecution) -> _Read:
+def _read(stored: StoredExecution, *, rebuild: bool = True) -> _Read:
+    """``stored`` read; ``rebuild``: rebuild its outcome too (importing the module its
+    exception class names, to raise that class again), else only check the outcome's shape."""
     problems = [stored.problem] if stored.problem else []
     context = None
     if stored.context:  # an empty one is the store's problem already
@@ -321,7 +326,7 @@ def _read(stored: StoredExecution) -> _Read:
         wrong = _outcome_problem(stored.outcome, "its outcome")
         if wrong is not None:
             problems.append(wrong)
-        elif context is not None:
+        elif context is not None and rebuild:
             try:
                 outcome = outcome_from_dict(stored.outcome, context)
             except (TypeError, ValueError, AttributeError, KeyError) as exc:  # pragma: no cover
