@@ -146,3 +146,35 @@ def test_the_pages_import_neither_the_reactor_nor_the_exception_class_a_record_n
         assert c.get(path).status_code in (200, 501), path
     assert not marker.exists()
     assert module not in sys.modules
+
+
+def test_undo_and_retry_are_refused_and_cancel_imports_nothing(
+    key: str, raw: redis.Redis, side_effect: tuple[str, Path]
+) -> None:
+    """A failed run of a reactor this process has not imported: undo and retry, which run its
+    code, are refused with the --import hint and change nothing; cancel, which needs none of
+    it, cancels the run; nothing imports the module."""
+    module, marker = side_effect
+    broken = r.Broken.run(key=key)
+    broken.wait(timeout=10)
+    rename(raw, broken.execution_id, f"{module}:Review")
+    c = client(app(auth=lambda request: True))
+    c.get("/")
+    token = c.cookies[COOKIE]
+
+    for action in ("undo", "retry"):
+        refused = c.post(
+            f"/api/executions/{broken.execution_id}/{action}", headers={"X-CSRF-Token": token}
+        )
+        assert refused.status_code == 409, action
+        assert f"py-reactor dashboard --import {module}" in refused.json()["error"], action
+    assert status(broken.execution_id) == "failed"
+    assert not marker.exists()
+
+    cancelled = c.post(
+        f"/api/executions/{broken.execution_id}/cancel", headers={"X-CSRF-Token": token}
+    )
+    assert cancelled.status_code == 200
+    assert cancelled.json()["execution"]["status"] == "cancelled"
+    assert not marker.exists()
+    assert module not in sys.modules

@@ -336,14 +336,22 @@ def _left(executions: ExecutionStore, stored: StoredExecution) -> bool:
     return False
 
 
-def _reactor_class(path: str) -> type[Reactor]:
-    """The reactor class named ``module:qualname``, its module imported if need be.
+def _reactor_class(path: str, *, importing: bool = True) -> type[Reactor]:
+    """The reactor class named ``module:qualname``, its module imported if need be (unless
+    ``importing`` is False: then only a class this process imported already).
 
     Raises:
-        ReactorNotImportableError: the module fails to import or defines no such reactor.
+        ReactorNotImportableError: the module fails to import or defines no such reactor (or,
+            not ``importing``, the class is not imported here).
     """
     cls = lookup(path)
     module, _, name = path.partition(":")
+    if cls is None and not importing:
+        raise ReactorNotImportableError(
+            f"reactor {path} is not imported in this process (and its module {module!r} is not "
+            "imported on the store's word here)",
+            reactor=name,
+        )
     if cls is None:
         try:
             __import__(module)
@@ -363,14 +371,15 @@ def _reactor_class(path: str) -> type[Reactor]:
     return cls
 
 
-def revive(stored: StoredExecution) -> tuple[type[Reactor], Context]:
-    """The reactor class and context of a stored execution.
+def revive(stored: StoredExecution, *, importing: bool = True) -> tuple[type[Reactor], Context]:
+    """The reactor class and context of a stored execution; ``importing=False`` takes only a
+    class this process imported already, never importing the module the record names.
 
     Raises:
         ReactorNotImportableError: the class cannot be imported (a ``LookupError``);
         SerializationError: the context is bad.
     """
-    return _reactor_class(stored.reactor), loads_context(stored.context)
+    return _reactor_class(stored.reactor, importing=importing), loads_context(stored.context)
 
 
 def _unreadable(

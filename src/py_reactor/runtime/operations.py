@@ -69,9 +69,15 @@ STATUSES = frozenset(Status)
 RETRYABLE = (Status.COMPLETED, Status.HALTED, Status.FAILED, Status.ABORTED, Status.CANCELLED)
 
 
-def cancel(execution_id: str, reason: str | None = None) -> Execution:
+def cancel(
+    execution_id: str, reason: str | None = None, *, import_reactor: bool = True
+) -> Execution:
     """Stop ``execution_id`` without rollback: status ``"cancelled"``, holds given back,
     results kept (``undo`` may follow).
+
+    Its holds are given back through its reactor's declarations, the class imported if need
+    be; with ``import_reactor=False`` (the dashboard) only a class this process imported
+    already is used, and without one its holds lapse by their ttl.
 
     Raises:
         ExecutionNotFoundError: the store does not know ``execution_id`` (a ``LookupError``).
@@ -84,7 +90,7 @@ def cancel(execution_id: str, reason: str | None = None) -> Execution:
     cls: type[Reactor] | None = None
     first: Context | None
     try:
-        cls, first = revive(stored)
+        cls, first = revive(stored, importing=import_reactor)
     except (LookupError, ReactorError):  # cancelled all the same; its holds lapse by their ttl
         first = _readable(stored.context)
     correlation = None if first is None else _index(first)

@@ -3,7 +3,9 @@ worker), refused without auth or a valid CSRF token.
 
 Each calls the operation of ``py_reactor.workers`` by name, once the request has passed the
 auth hook and the CSRF check; the operation's own refusal (a status it does not accept)
-becomes a 409 with its message.
+becomes a 409 with its message. The dashboard never imports a module because the store names
+it: resume, undo and retry (which run the reactor's code) are refused with a 409 when its class
+is not imported in this process, and cancel uses the class only if it is.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from starlette.responses import RedirectResponse, Response
 from py_reactor import api
 from py_reactor.config import get_config
 from py_reactor.errors import ReactorError
+from py_reactor.runtime import operations
 from py_reactor.storage.inspect import Inspector
 from py_reactor.views import declared as _declared
 from py_reactor.views import executions as _executions
@@ -26,8 +29,9 @@ from py_reactor.web._dashboard import JSON, Dashboard
 
 __all__ = ["api_action", "form_action"]
 
-#: The actions that run the reactor's code, so need its class imported here.
-NEEDS_CLASS = frozenset({"resume"})
+#: The actions that run the reactor's code, so need its class imported here (cancel runs
+#: none: without the class it stops the run all the same, its holds lapsing by their ttl).
+NEEDS_CLASS = frozenset({"resume", "undo", "retry"})
 
 
 class _Refused(Exception):
@@ -66,9 +70,12 @@ def _act(
     if action in NEEDS_CLASS:
         _refuse_unimported(dash, execution_id, action)
     operation = getattr(api, action)
+    result: Any
     try:
         if action == "resume":  # always in a worker: a web request does not run the workflow
             result = api.resume(execution_id, _payload(payload), mode="background")
+        elif action == "cancel":  # the class if imported here, never an import on the store's word
+            result = operations.cancel(execution_id, import_reactor=False)
         else:
             result = operation(execution_id)
     except LookupError as exc:
