@@ -142,6 +142,42 @@ def test_a_park_on_a_busy_key_is_woken_by_its_release(
 # -- holds of each primitive ---------------------------------------------------------------------
 
 
+def test_a_lock_hold_with_every_level_and_who_took_it(
+    inspector: Inspector, store: RedisStore, key: str
+) -> None:
+    assert inspector.lock_hold(key) is None
+    by = HeldBy("exec-1", "charge")
+    first = store.lock_acquire(key, "owner-1", 30_000, by=by)
+    second = store.lock_acquire(key, "owner-1", 60_000)  # re-entered: a level of its own
+    now = inspector.server_ms()
+    hold = inspector.lock_hold(key)
+    assert hold is not None
+    assert (hold.owner, hold.token, hold.by) == ("owner-1", first.token, by)
+    assert set(hold.levels) == {first.level, second.level} == {1, 2}
+    assert now < hold.levels[1] <= now + 31_000 < hold.levels[2]
+    store.lock_release(key, "owner-1", first.token, 2)
+    store.lock_release(key, "owner-1", first.token, 1)
+    assert inspector.lock_hold(key) is None
+
+
+def test_the_parked_list_of_a_key_oldest_first(
+    inspector: Inspector, store: RedisStore, key: str
+) -> None:
+    executions = ExecutionStore(store)
+    parked = _ids(2)
+    assert inspector.parked("lock", key) == []
+    store.lock_acquire(key, "holder", 30_000)
+    waiting = {"step": "s", "primitive": "lock", "key": key}
+    for execution_id in parked:
+        assert executions.create(execution_id, "app:P", "{}", Status.PENDING)
+        epoch = executions.claim(execution_id, "runner", 30)
+        assert executions.park(
+            execution_id, epoch, "{}", waiting_on=waiting, due_in=60, primitive="lock", key=key
+        )
+    assert inspector.parked("lock", key) == parked
+    assert inspector.parked("semaphore", key) == []
+
+
 def test_semaphore_holders_leases_and_who_took_them(
     inspector: Inspector, store: RedisStore, key: str
 ) -> None:
@@ -191,6 +227,20 @@ def test_a_period_claim_then_its_marker(inspector: Inspector, store: RedisStore,
     assert inspector.period_claim(key, "1999-01-01") is None
 
 
+def test_every_period_claim_of_a_key_one_per_bucket(
+    inspector: Inspector, store: RedisStore, key: str
+) -> None:
+    assert inspector.period_claims(key) == []
+    day = store.period_claim(key, "day", "worker-1", 30_000)
+    hour = store.period_claim(key, "hour", "worker-2", 30_000)
+    store.period_claim(key, "hour", "worker-2", 30_000)  # nested: count 2
+    claims = inspector.period_claims(key)
+    assert [(c.bucket, c.owner, c.count) for c in claims] == sorted(
+        [(day.bucket, "worker-1", 1), (hour.bucket, "worker-2", 2)]
+    )
+    assert inspector.period_claims(f"{key}-other") == []
+
+
 def test_ordered_lock_beats_per_position(inspector: Inspector, store: RedisStore, key: str) -> None:
     epoch, first = store.ordered_lock_take(key, 60_000)
     _, second = store.ordered_lock_take(key, 60_000)
@@ -202,6 +252,10 @@ def test_ordered_lock_beats_per_position(inspector: Inspector, store: RedisStore
     assert inspector.ordered_lock_beat(key, 2) == beats[2]
     assert inspector.ordered_lock_beat(key, 3) is None
     assert store.ordered_lock_state(key).epoch == epoch
+    ttl = inspector.ordered_lock_ttl(key)
+    assert ttl is not None
+    assert 50_000 < ttl <= 60_000
+    assert inspector.ordered_lock_ttl(f"{key}-unused") is None
 
 
 def test_rate_limit_counts_per_window(inspector: Inspector, store: RedisStore, key: str) -> None:

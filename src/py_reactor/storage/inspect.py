@@ -31,6 +31,7 @@ __all__ = [
     "Head",
     "InFlight",
     "Inspector",
+    "LockHoldFields",
     "PeriodClaim",
     "PeriodMarker",
     "SemaphoreHolder",
@@ -51,6 +52,18 @@ class SemaphoreHolder:
     owner: str
     lease_end_ms: float
     count: int
+    by: HeldBy | None
+
+
+@dataclass(frozen=True, slots=True)
+class LockHoldFields:
+    """A lock's hold as its hash stores it: the owner, the fencing token, each level with the
+    server ms it lapses at (lapsed ones included until a release drops them), and the execution
+    and step the hold was taken for."""
+
+    owner: str
+    token: int
+    levels: dict[int, int]
     by: HeldBy | None
 
 
@@ -219,6 +232,26 @@ class Inspector:
             for owner, score in leases
         ]
 
+    def lock_hold(self, key: str) -> LockHoldFields | None:
+        """The hold of lock ``key`` with every level (``lock_state`` counts the live ones only);
+        None when nobody holds it."""
+        fields = self._client.hgetall(keys.lock(key).hold)
+        if not fields.get("owner"):
+            return None
+        levels = {
+            int(name[6:]): int(value)
+            for name, value in fields.items()
+            if name.startswith("level:") and name[6:].isdigit()
+        }
+        return LockHoldFields(
+            str(fields["owner"]), int(fields.get("token") or 0), levels, held_by(fields.get("by"))
+        )
+
+    def parked(self, primitive: str, key: str) -> list[str]:
+        """The ids on the list of executions parked on ``key`` of ``primitive``, oldest first
+        (a release pops from the front; ids of runs woken otherwise stay until popped)."""
+        return [str(i) for i in self._client.lrange(keys.parked(primitive, key), 0, -1)]
+
     def period_claim(self, key: str, bucket: str) -> PeriodClaim | None:
         """The in-flight claim on ``bucket`` of period ``key``; None when nobody claims it."""
         name = keys.period_claim(key, bucket)
@@ -232,6 +265,14 @@ class Inspector:
             count=int(data.get("count") or 1),
             ttl_ms=_ttl(self._client.pttl(name)),
         )
+
+    def period_claims(self, key: str) -> list[PeriodClaim]:
+        """Every in-flight claim of period ``key``, one per bucket, sorted by bucket (one SCAN
+        of the key's names)."""
+        prefix = keys.period(key).claim + ":"
+        found = (str(name) for name in self._client.scan_iter(match=keys.pattern("period", key)))
+        buckets = sorted(name[len(prefix) :] for name in found if name.startswith(prefix))
+        return [claim for bucket in buckets if (claim := self.period_claim(key, bucket))]
 
     def period_marker(self, key: str, bucket: str) -> PeriodMarker | None:
         """The marker of ``bucket`` of period ``key``; None when the bucket is not marked."""
@@ -266,6 +307,11 @@ class Inspector:
         """Every position of ordered lock ``key`` with a heartbeat: position -> server ms."""
         beats = self._client.hgetall(keys.ordered_lock(key).beats)
         return {int(n): int(beat) for n, beat in beats.items() if str(n).isdigit()}
+
+    def ordered_lock_ttl(self, key: str) -> int | None:
+        """The ms until ordered lock ``key``'s state expires (its ``ttl`` after the last write);
+        None when it has no expiry or is gone."""
+        return _ttl(self._client.pttl(keys.ordered_lock(key).state))
 
     # -- discovery -----------------------------------------------------------------------------
 
