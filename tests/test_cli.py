@@ -29,6 +29,7 @@ import pytest
 import py_reactor
 from py_reactor import Lock, configure
 from py_reactor.cli import _parser
+from py_reactor.storage import current_store
 from py_reactor.storage.embedded import embedded_store, stop_embedded
 from py_reactor.version import __version__
 
@@ -404,6 +405,174 @@ def test_holds_lists_a_live_hold_as_a_table_and_as_json(redis_url: str, key: str
     assert as_json.returncode == 0, as_json.stderr
     holds: list[dict[str, Any]] = json.loads(as_json.stdout)["holds"]
     assert [(h["primitive"], h["scope"]) for h in holds if h["key"] == key] == [("lock", "outside")]
+
+
+# -- holds release: an operator frees a stale hold ------------------------------------------------
+#
+# The stale holds are taken straight from the store, with a ttl of ten minutes and nobody to
+# extend or release them: what a holder that died (kill -9) leaves behind.
+
+#: The ttl and lease of the stale holds (ms): far past the end of every test.
+STALE_MS = 600_000
+
+
+def _release(
+    key: str, primitive: str, *more: str, url: str | None
+) -> subprocess.CompletedProcess[str]:
+    return _cli("holds", "release", key, "--primitive", primitive, *more, url=url)
+
+
+def _freed(done: subprocess.CompletedProcess[str], *words: str) -> str:
+    """The one line a forced release printed, checked: exit 0, ``words`` in it; the release is
+    logged (WARNING on the py_reactor logger, which the command leaves on stderr)."""
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) == 1, done.stdout
+    for word in words:
+        assert word in lines[0], lines[0]
+    assert lines[0].startswith("freed "), lines[0]
+    assert "py_reactor: released by force: " + lines[0].removeprefix("freed ") in done.stderr
+    return lines[0]
+
+
+def test_holds_release_without_force_says_what_it_would_free_and_frees_nothing(
+    redis_url: str, key: str
+) -> None:
+    configure(redis_url=redis_url)
+    token = current_store().lock_acquire(key, "dead-owner", STALE_MS).token
+    line = _refused(
+        _release(key, "lock", url=redis_url),
+        "py-reactor holds release: would free lock",
+        f"'{key}'",
+        "held by 'dead-owner'",
+        f"token {token}",
+        "add --force",
+    )
+    assert "released by force" not in line
+    assert Lock(key).state().owner == "dead-owner"
+
+
+@pytest.mark.parametrize("primitive", ["lock", "semaphore", "period", "ordered_lock"])
+def test_holds_release_of_a_key_nobody_holds_is_one_line(
+    primitive: str, redis_url: str, key: str
+) -> None:
+    for more in ((), ("--force",)):
+        _refused(
+            _release(key, primitive, *more, url=redis_url), f"no live hold on {primitive} '{key}'"
+        )
+
+
+def test_holds_release_refuses_a_rate_limit_and_an_unknown_primitive(
+    redis_url: str, key: str
+) -> None:
+    _refused(
+        _release(key, "rate_limit", "--force", url=redis_url),
+        f"rate_limit '{key}' has no holder to free",
+    )
+    _refused(_release(key, "mutex", "--force", url=redis_url), "'mutex'", "lock, semaphore")
+
+
+def test_holds_release_takes_the_store_before_or_after_the_action(redis_url: str, key: str) -> None:
+    configure(redis_url=redis_url)
+    current_store().lock_acquire(key, "dead-owner", STALE_MS)
+    for args in (
+        ("holds", "--redis-url", redis_url, "release", key, "--primitive", "lock"),
+        ("holds", "release", key, "--primitive", "lock", "--redis-url", redis_url),
+    ):
+        _refused(_cli(*args, url=None), "would free lock", "'dead-owner'")
+
+
+def test_holds_release_force_frees_every_level_of_a_lock_and_logs_it(
+    redis_url: str, key: str
+) -> None:
+    configure(redis_url=redis_url)
+    store = current_store()
+    token = store.lock_acquire(key, "dead-owner", STALE_MS).token
+    assert store.lock_acquire(key, "dead-owner", STALE_MS).count == 2  # re-entered: two levels
+    line = _freed(
+        _release(key, "lock", "--force", url=redis_url),
+        f"freed lock '{key}' held by 'dead-owner' (token {token}, 2 levels, ",
+        "woke 0 parked executions",
+    )
+    assert "now held by" not in line
+    assert Lock(key).state().owner is None
+    _refused(_release(key, "lock", "--force", url=redis_url), f"no live hold on lock '{key}'")
+
+
+def test_holds_release_force_frees_every_holder_of_a_semaphore_or_the_one_named(
+    redis_url: str, key: str
+) -> None:
+    configure(redis_url=redis_url)
+    store = current_store()
+    for owner in ("first", "second"):
+        assert store.semaphore_acquire(key, owner, 2, STALE_MS).held
+    _refused(
+        _release(key, "semaphore", url=redis_url),
+        f"would free 2 holds of semaphore '{key}': 'first' (lease ",
+        "'second' (lease ",
+        "--force",
+        "--owner OWNER",
+    )
+    _refused(
+        _release(key, "semaphore", "--owner", "third", "--force", url=redis_url),
+        f"no live hold on semaphore '{key}' by 'third'",
+        "'first', 'second'",
+    )
+    line = _freed(
+        _release(key, "semaphore", "--owner", "first", "--force", url=redis_url),
+        f"freed semaphore '{key}' held by 'first'",
+    )
+    assert "second" not in line
+    assert store.semaphore_state(key).held == 1
+    _freed(
+        _release(key, "semaphore", "--force", url=redis_url),
+        f"freed semaphore '{key}' held by 'second'",
+    )
+    assert store.semaphore_state(key).held == 0
+
+
+def test_holds_release_force_frees_a_period_claim_without_marking_its_bucket_done(
+    redis_url: str, key: str
+) -> None:
+    configure(redis_url=redis_url)
+    store = current_store()
+    claimed = store.period_claim(key, "day", "dead-owner", STALE_MS)
+    assert claimed.outcome == "due"
+    assert store.period_claim(key, "day", "another", 1000).outcome == "busy"
+    _freed(
+        _release(key, "period", "--force", url=redis_url),
+        f"freed period '{key}' held by 'dead-owner' (bucket '{claimed.bucket}', ",
+    )
+    assert not store.period_check(key, "day")  # its work was not done: the next run does it
+    assert store.period_claim(key, "day", "another", 1000).outcome == "due"
+
+
+def test_holds_release_force_passes_a_stale_ordered_turn_on_as_not_failed(
+    redis_url: str, key: str
+) -> None:
+    configure(redis_url=redis_url)
+    store = current_store()
+    epoch, first = store.ordered_lock_take(key, STALE_MS)
+    _, second = store.ordered_lock_take(key, STALE_MS)
+    assert store.ordered_lock_turn(key, epoch, second, STALE_MS, STALE_MS).outcome == "wait"
+    _refused(
+        _release(key, "ordered_lock", "--owner", "someone", "--force", url=redis_url),
+        "--owner",
+        "no owner",
+    )
+    _refused(
+        _release(key, "ordered_lock", url=redis_url),
+        f"would free the turn of ordered_lock '{key}': position {first} of epoch {epoch} (",
+        "--force",
+    )
+    _freed(
+        _release(key, "ordered_lock", "--force", url=redis_url),
+        f"freed the turn of ordered_lock '{key}': position {first} of epoch {epoch} (",
+        "last heartbeat ",
+    )
+    assert store.ordered_lock_turn(key, epoch, second, STALE_MS, STALE_MS).outcome == "turn"
+    assert store.ordered_lock_turn(key, epoch, first, STALE_MS, STALE_MS).outcome == "never"
+    assert not store.ordered_lock_state(key).failed  # skipped, as a poison pill is: no failure
 
 
 def test_embedded_status_and_stop_act_on_the_folder_given() -> None:

@@ -5,7 +5,9 @@ An operator without a browser lists, inspects, cancels, undoes, retries and resu
 executions from a shell. The reads are the dashboard's own views (``py_reactor.views``), so
 ``executions list``, ``executions show`` and ``holds --json`` print what ``/api/executions``,
 ``/api/executions/{id}`` and ``/api/holds`` answer, without the ``web`` extra. The actions
-call the public API (``py_reactor.api``). ``py_reactor.cli`` builds the parser and reports errors.
+call the public API (``py_reactor.api``); ``holds release`` calls ``runtime.holds``, which frees
+a stale hold as its holder's release would. ``py_reactor.cli`` builds the parser and reports
+errors.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from py_reactor import api
 from py_reactor.config import configure, get_config
 from py_reactor.config.urls import redact
 from py_reactor.errors import ReactorError
+from py_reactor.runtime.holds import describe_holds, force_release, holds_to_free
 from py_reactor.runtime.namespaces import serve, served
 from py_reactor.states import Status
 from py_reactor.storage import current_store
@@ -266,12 +269,50 @@ def add_operator_commands(commands: Any) -> None:
 
     holds = commands.add_parser(
         "holds",
-        help="every live hold: locks, semaphores, ordered locks, periods",
-        description="Every live hold on the store, as the dashboard's /api/holds shows it.",
+        help="every live hold: locks, semaphores, ordered locks, periods; or free a stale one",
+        description="Every live hold on the store, as the dashboard's /api/holds shows it. "
+        "With the action release, an operator frees a stale hold.",
     )
     add_store_option(holds)
     holds.add_argument("--json", action="store_true", help="print JSON (as /api/holds)")
     holds.set_defaults(handler=_holds)
+    # Optional: `py-reactor holds` alone lists, as it always did.
+    release = holds.add_subparsers(dest="action", metavar="ACTION").add_parser(
+        "release",
+        help="free a stale hold as its holder's own release would (and wake the parked)",
+        description="Free the hold on KEY whose holder is gone, as the holder's own release "
+        "would: the key goes to the oldest queued waiter, or the executions parked on it are "
+        "woken. Without --force, say what would be freed and free nothing. A lock frees every "
+        "level of its owner; a semaphore the slot of every holder (or of --owner); a period "
+        "every claim in flight, its bucket not marked done; an ordered lock passes its current "
+        "turn on, not as a failure (as the poison pill would). The release is logged.",
+    )
+    release.add_argument("key", metavar="KEY", help="the key, as py-reactor holds lists it")
+    release.add_argument(
+        "--primitive",
+        required=True,
+        metavar="P",
+        help="lock, semaphore, period or ordered_lock (a rate limit has no holder to free)",
+    )
+    release.add_argument(
+        "--owner",
+        metavar="OWNER",
+        help="free only this owner's hold (an execution id names that run's holds); default "
+        "every holder of the key; not for an ordered lock",
+    )
+    release.add_argument(
+        "--force",
+        action="store_true",
+        help="free it; without it, the command only says what it would free",
+    )
+    release.add_argument(  # SUPPRESS: `holds --redis-url URL release ...` keeps the URL given
+        "--redis-url",
+        default=argparse.SUPPRESS,
+        metavar="URL",
+        help=f"the store, like redis://host:6379/0 (default: ${REDIS_URL_ENV}, "
+        "else the embedded server)",
+    )
+    release.set_defaults(handler=_release)
 
     embedded = commands.add_parser(
         "embedded",
@@ -515,6 +556,23 @@ def _holds(args: argparse.Namespace) -> int:
         _print_json(state)
         return 0
     print(_hold_table(state["holds"]) if state["holds"] else "no live holds")
+    return 0
+
+
+def _release(args: argparse.Namespace) -> int:
+    use_store(args)
+    reach_store()  # a store that is down: one line naming it
+    if args.primitive == "ordered_lock" and args.owner is not None:
+        raise CommandError(
+            "--owner: an ordered lock's positions have no owner in the store; leave --owner "
+            "out to free the current turn"
+        )
+    if not args.force:
+        found = _act(lambda: holds_to_free(args.primitive, args.key, owner=args.owner))
+        which = "them, or --owner OWNER to free one" if len(found) > 1 else "it"
+        raise CommandError(f"would free {describe_holds(found)}; add --force to free {which}")
+    released = _act(lambda: force_release(args.primitive, args.key, owner=args.owner))
+    print(f"freed {released.describe()}")
     return 0
 
 

@@ -10,7 +10,11 @@ command line in a process of its own, as an operator runs it.
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -19,6 +23,7 @@ from py_reactor import Lock, Semaphore, configure
 from py_reactor.errors import CoordinationError
 from py_reactor.runtime.holds import force_release, holds_to_free
 from py_reactor.storage import current_store
+from tests._processes import CHILD_PATH
 from tests._wait import status, until
 from tests.runtime import _reactors as r
 
@@ -32,12 +37,73 @@ WOKEN_WITHIN = 10.0
 #: The ttl of the stale holds (ms): far past the end of every test.
 STALE_MS = 600_000
 
+#: A process that takes lock ``argv[2]`` on ``argv[1]`` for ten minutes, says so, and sleeps
+#: until it is killed.
+HOLDER = """
+import sys, time
+from py_reactor import Lock, configure
+configure(redis_url=sys.argv[1])
+Lock(sys.argv[2], ttl=600, owner="killed-worker").acquire()
+print("held", flush=True)
+time.sleep(600)
+"""
+
 
 @pytest.fixture(autouse=True)
 def _store(redis_url: str) -> Iterator[None]:
     configure(redis_url=redis_url, park_delay=PARK_DELAY, park_jitter=0.0)
     yield
     r.HOOKS.clear()
+
+
+def _cli(*args: str, url: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PY_REACTOR_REDIS_URL": url}
+    return subprocess.run(
+        [sys.executable, "-m", "py_reactor.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=env,
+    )
+
+
+def _killed_holder(url: str, key: str) -> None:
+    """Lock ``key`` in a process of its own (ttl ten minutes), then kill -9 that process."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, url, key],
+        env={**os.environ, "PYTHONPATH": CHILD_PATH},
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline() == b"held\n"
+    finally:
+        holder.kill()
+        holder.wait(10)
+        if holder.stdout is not None:
+            holder.stdout.close()
+
+
+def test_a_run_parked_on_a_lock_a_killed_process_held_completes_after_the_forced_release(
+    key: str, redis_url: str
+) -> None:
+    _killed_holder(redis_url, key)
+    assert Lock(key).state().owner == "killed-worker"  # and will be for ten minutes
+    out = r.LockedStep.run(key=key)
+    until(lambda: status(out.execution_id) == "waiting", "the park")
+
+    released = time.monotonic()
+    done = _cli("holds", "release", key, "--primitive", "lock", "--force", url=redis_url)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"freed lock '{key}' held by 'killed-worker' (token "), (
+        done.stdout
+    )
+    assert done.stdout.rstrip().endswith("; woke 1 parked execution"), done.stdout
+    outcome = out.wait(timeout=WOKEN_WITHIN)
+    assert time.monotonic() - released < WOKEN_WITHIN  # woken by the release, not the timer
+    assert outcome.is_success, outcome
+    assert Lock(key).state().owner is None
 
 
 def test_a_hold_of_a_parked_run_names_its_execution_in_the_log_and_the_run_still_completes(
