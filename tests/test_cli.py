@@ -240,6 +240,21 @@ def test_demo_workers_without_a_url_says_it_needs_one() -> None:
     _refused(_cli("demo", "--workers", "2", "--plain", url=None), "PY_REACTOR_REDIS_URL")
 
 
+def test_the_dashboard_command_refuses_a_missing_module_and_a_bad_url(redis_url: str) -> None:
+    _refused(_cli("dashboard", "--import", "no_such_module_here", url=redis_url), "no_such_module")
+    _refused(_cli("dashboard", "--redis-url", "nonsense", url=None), "--redis-url")
+
+
+def test_embedded_stop_says_when_nothing_runs() -> None:
+    folder = tempfile.mkdtemp(prefix="pr-", dir="/tmp")
+    try:
+        done = _cli("embedded", "stop", "--dir", folder, url=None)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout == f"no embedded Redis runs in {folder}: nothing to stop\n"
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def test_argparse_usage_errors_still_exit_2(redis_url: str) -> None:
     done = _cli("executions", "list", "--limit", "0", url=redis_url)
     assert done.returncode == 2

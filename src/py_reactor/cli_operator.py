@@ -613,7 +613,11 @@ def _embedded_status(args: argparse.Namespace) -> int:
 def _embedded_stop(args: argparse.Namespace) -> int:
     folder = embedded_dir(args.dir)
     stopped = stop_embedded(str(folder))
-    print(f"stopped the embedded Redis in {folder}" if stopped else f"none runs in {folder}")
+    print(
+        f"stopped the embedded Redis in {folder}"
+        if stopped
+        else f"no embedded Redis runs in {folder}: nothing to stop"
+    )
     return 0
 
 

@@ -169,7 +169,7 @@ def test_the_parked_list_of_a_key_oldest_first(
     store.lock_acquire(key, "holder", 30_000)
     waiting = {"step": "s", "primitive": "lock", "key": key}
     for execution_id in parked:
-        assert executions.create(execution_id, "app:P", "{}", Status.PENDING)
+        assert executions.create(execution_id, "app:P", "{}", Status.PENDING, namespace="app")
         epoch = executions.claim(execution_id, "runner", 30)
         assert executions.park(
             execution_id, epoch, "{}", waiting_on=waiting, due_in=60, primitive="lock", key=key
