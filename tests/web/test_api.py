@@ -104,6 +104,13 @@ def test_executions_are_listed_newest_first_filtered_and_paged(key: str) -> None
     assert re.findall(r'data-execution-id="(\w+)"', table) == ids(first)
     assert "older »" in table
 
+    tests_only = c.get("/api/executions", params={"namespace": "tests", "limit": 500}).json()
+    assert set(mine) <= set(ids(tests_only))
+    assert {item["namespace"] for item in tests_only["items"]} == {"tests"}
+    assert tests_only["filters"]["namespace"] == "tests"
+    other = c.get("/api/executions", params={"namespace": f"none-{key}"}).json()
+    assert other["items"] == []
+
     assert c.get("/api/executions", params={"status": "bogus"}).status_code == 400
     assert "not a whole number" in c.get("/api/executions", params={"limit": "x"}).json()["error"]
     assert c.get("/", params={"status": "bogus"}).status_code == 400
