@@ -80,11 +80,34 @@ class Mutation:
 
 MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
+        id="worker-serves-every-namespace",
+        breaks="a worker takes the executions of every namespace on the store, not only its own",
+        file="src/py_reactor/runtime/namespaces.py",
+        old="    result = frozenset(names)\n",
+        new="    from py_reactor.storage import executions\n\n"
+        "    result = frozenset(names | executions().namespaces())\n",
+        tests=(
+            "tests/transport/test_namespaces.py"
+            "::test_two_apps_on_one_store_each_complete_their_own_runs_parking_on_a_shared_key",
+        ),
+    ),
+    Mutation(
+        id="wake-into-the-releasers-queue",
+        breaks="a release wakes a parked run into one fixed queue, not its own namespace's",
+        file="src/py_reactor/storage/lua/_wake_parked.lua",
+        old="    local due, ready = queues_of(EXECUTION_PREFIX .. id)\n",
+        new="    local due, ready = DUE_PREFIX .. 'tests', READY_PREFIX .. 'tests'\n",
+        tests=(
+            "tests/transport/test_namespaces.py"
+            "::test_two_apps_on_one_store_each_complete_their_own_runs_parking_on_a_shared_key",
+        ),
+    ),
+    Mutation(
         id="no-wake-on-release",
         breaks="a lock's release no longer wakes the run parked on it (only the backstop does)",
         file="src/py_reactor/storage/lua/lock_release.lua",
-        old="  wake_parked(KEYS[3], KEYS[4], KEYS[5], false)\n",
-        new="  -- wake_parked(KEYS[3], KEYS[4], KEYS[5], false)\n",
+        old="  wake_parked(KEYS[3], false)\n",
+        new="  -- wake_parked(KEYS[3], false)\n",
         tests=(
             "tests/storage/test_inspect.py::test_a_park_on_a_busy_key_is_woken_by_its_release",
             "tests/runtime/test_background.py"

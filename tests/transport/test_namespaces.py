@@ -57,7 +57,8 @@ DRIVER = textwrap.dedent(
     """
     import json, os, sys
     from py_reactor import configure
-    configure(redis_url=os.environ["APP_URL"], park_delay=30, park_jitter=0)
+    # the park timer far off: a run completes only if a release woke it into its own queue
+    configure(redis_url=os.environ["APP_URL"], park_delay=600, park_jitter=0)
     import importlib
     app = importlib.import_module(sys.argv[1])
     started = [app.Publish.run(n=n) for n in range(int(sys.argv[2]))]
