@@ -84,8 +84,9 @@ MUTATIONS: tuple[Mutation, ...] = (
         breaks="a worker takes the executions of every namespace on the store, not only its own",
         file="src/py_reactor/runtime/namespaces.py",
         old="    result = frozenset(names)\n",
-        new="    from py_reactor.storage import executions\n\n"
-        "    result = frozenset(names | executions().namespaces())\n",
+        new="    from py_reactor.storage import current_store\n"
+        "    from py_reactor.storage.inspect import Inspector\n\n"
+        "    result = frozenset(names | Inspector(current_store()).namespaces())\n",
         tests=(
             "tests/transport/test_namespaces.py"
             "::test_two_apps_on_one_store_each_complete_their_own_runs_parking_on_a_shared_key",

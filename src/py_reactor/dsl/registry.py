@@ -6,7 +6,7 @@ only. Defining a class again under the same name replaces the old entry silently
 
 from __future__ import annotations
 
-__all__ = ["class_path", "classes", "lookup", "register"]
+__all__ = ["class_path", "classes", "count", "lookup", "register"]
 
 _classes: dict[str, type] = {}
 
@@ -25,6 +25,12 @@ def register(cls: type) -> None:
 def lookup(path: str) -> type | None:
     """The class registered under ``path``, or None."""
     return _classes.get(path)
+
+
+def count() -> int:
+    """How many classes are registered (what changes when a module defining reactors is
+    imported)."""
+    return len(_classes)
 
 
 def classes() -> list[type]:

@@ -17,7 +17,7 @@ import threading
 from py_reactor.config import check_namespace, get_config
 from py_reactor.dsl.background import NAMESPACE_ATTRIBUTE
 from py_reactor.dsl.reactor import Reactor
-from py_reactor.dsl.registry import classes, lookup
+from py_reactor.dsl.registry import classes, count, lookup
 
 __all__ = ["celery_queue", "namespace_of", "serve", "served"]
 
@@ -55,14 +55,13 @@ def served() -> frozenset[str]:
     """The namespaces this process's workers take executions from: those of every reactor it
     has imported, the configured one, and those added with :func:`serve`."""
     global _cache
-    known = classes()
     config = get_config()
-    version = (len(known), config.namespace, len(_extra))
+    version = (count(), config.namespace, len(_extra))
     cached = _cache
-    if cached is not None and cached[0] == version:
+    if cached is not None and cached[0] == version:  # the dispatch loop asks at every turn
         return cached[1]
     names = {
-        namespace_of(cls) for cls in known if isinstance(cls, type) and issubclass(cls, Reactor)
+        namespace_of(cls) for cls in classes() if isinstance(cls, type) and issubclass(cls, Reactor)
     }
     if config.namespace:
         names.add(config.namespace)

@@ -414,10 +414,6 @@ class ExecutionStore:
             return None
         return self.store.wait_signal([keys.ready(n) for n in sorted(namespaces)], timeout)
 
-    def namespaces(self) -> set[str]:
-        """Every namespace an execution was stored in."""
-        return {str(n) for n in self._client().smembers(keys.NAMESPACES)}
-
     def ids(self, limit: int = 1000) -> list[str]:
         """The newest stored execution ids, newest first."""
         return [str(i) for i in self._client().zrevrange(INDEX_KEY, 0, limit - 1)]
