@@ -4,7 +4,7 @@ Workflows ("reactors") are made of steps that run as a dependency graph; when on
 completed ones are rolled back by compensation. This module re-exports the public surface only.
 """
 
-from py_reactor.api import Reactor, Step, find
+from py_reactor.api import Reactor, Step, afind, find
 from py_reactor.config import configure, get_config
 from py_reactor.coordination import Lock, OrderedLock, Period, RateLimit, Semaphore
 from py_reactor.dsl import (
@@ -84,6 +84,7 @@ __all__ = [
     "TraceKind",
     "Value",
     "__version__",
+    "afind",
     "async_reactor",
     "async_step",
     "background",

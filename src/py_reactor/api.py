@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from py_reactor.aio import call, in_bridge, loop_running
 from py_reactor.dsl.declaration import StepDeclaration
 from py_reactor.dsl.reactor import Reactor as DeclaredReactor
 from py_reactor.dsl.step import Step as DeclaredStep
@@ -23,14 +24,46 @@ from py_reactor.runtime.execution import find as find_stored
 from py_reactor.runtime.execution import wait as wait_stored
 from py_reactor.transport import current
 
-__all__ = ["Reactor", "Step", "cancel", "find", "resume", "retry", "run", "undo", "wait"]
+__all__ = [
+    "Reactor",
+    "Step",
+    "acancel",
+    "afind",
+    "aresume",
+    "aretry",
+    "arun",
+    "aundo",
+    "cancel",
+    "find",
+    "resume",
+    "retry",
+    "run",
+    "undo",
+    "wait",
+]
 
 
 def run(cls: type[DeclaredReactor], inputs: Mapping[str, Any]) -> Outcome:
     """Run ``cls`` with ``inputs``: here, or up to its ``@background`` hand-off and then in a
-    worker. A run started inside a step body is part of that execution and runs in place."""
+    worker. A run started inside a step body is part of that execution and runs in place.
+
+    Raises:
+        RuntimeError: called from a coroutine (it would block the event loop): ``arun``.
+    """
+    if loop_running() and not in_bridge():
+        raise RuntimeError(
+            f"{cls.__qualname__}.run() was called inside a running event loop, which it would "
+            f"block for the whole run; use `await {cls.__qualname__}.arun(...)` there (or run "
+            "it in a thread)"
+        )
     handoff = getattr(cls, "__py_reactor_handoff__", None)
     return start(cls, inputs, transport=current(), handoff=handoff)
+
+
+async def arun(cls: type[DeclaredReactor], inputs: Mapping[str, Any]) -> Outcome:
+    """:func:`run` on the running event loop: async steps are awaited on it, sync ones run in
+    its thread pool, and every wait (a busy key, a backoff) is awaited, never blocking it."""
+    return await call(run, cls, inputs)
 
 
 def resume(
@@ -50,6 +83,40 @@ def resume(
         mode=mode,
         transport=current(),
     )
+
+
+async def aresume(
+    execution_id: str | None = None,
+    payload: Any = None,
+    *,
+    correlation_id: str | None = None,
+    reactor: type[DeclaredReactor] | None = None,
+    mode: str | None = None,
+) -> Outcome:
+    """:func:`resume` on the running event loop."""
+    return await call(
+        resume, execution_id, payload, correlation_id=correlation_id, reactor=reactor, mode=mode
+    )
+
+
+async def afind(execution_id: str) -> Execution | None:
+    """:func:`find` on the running event loop (the store is read with asyncio)."""
+    return await call(find, execution_id)
+
+
+async def acancel(execution_id: str, reason: str | None = None) -> Execution:
+    """:func:`cancel` on the running event loop."""
+    return await call(cancel, execution_id, reason)
+
+
+async def aundo(execution_id: str) -> Execution:
+    """:func:`undo` on the running event loop (async undo bodies awaited on it)."""
+    return await call(undo, execution_id)
+
+
+async def aretry(execution_id: str) -> Outcome:
+    """:func:`retry` on the running event loop."""
+    return await call(retry, execution_id)
 
 
 def find(execution_id: str) -> Execution | None:
@@ -106,6 +173,46 @@ class Reactor(DeclaredReactor, verbs=True):
         ``KeyboardInterrupt`` and ``SystemExit`` propagate without running rollback.
         """
         return run(cls, inputs)
+
+    @classmethod
+    async def arun(cls, /, **inputs: Any) -> Outcome:
+        """Run this reactor on the running event loop and return its outcome: ``run``'s
+        outcome and semantics, with ``async def`` steps awaited on the loop, plain ones run
+        in its thread pool, and every wait for a busy key awaited (the loop never blocks).
+        Cancelling the awaiting task aborts the run as ``KeyboardInterrupt`` does: no
+        rollback, what it holds given back at once, status ``aborted``."""
+        return await arun(cls, inputs)
+
+    @classmethod
+    async def aresume(
+        cls,
+        execution_id: str | None = None,
+        payload: Any = None,
+        *,
+        correlation_id: str | None = None,
+    ) -> Outcome:
+        """``resume`` on the running event loop."""
+        return await aresume(execution_id, payload, correlation_id=correlation_id, reactor=cls)
+
+    @classmethod
+    async def afind(cls, execution_id: str) -> Execution | None:
+        """``find`` on the running event loop."""
+        return await afind(execution_id)
+
+    @classmethod
+    async def acancel(cls, execution_id: str, reason: str | None = None) -> Execution:
+        """``cancel`` on the running event loop."""
+        return await acancel(execution_id, reason)
+
+    @classmethod
+    async def aundo(cls, execution_id: str) -> Execution:
+        """``undo`` on the running event loop."""
+        return await aundo(execution_id)
+
+    @classmethod
+    async def aretry(cls, execution_id: str) -> Outcome:
+        """``retry`` on the running event loop."""
+        return await aretry(execution_id)
 
     @classmethod
     def resume(

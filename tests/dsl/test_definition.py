@@ -286,16 +286,6 @@ def test_step_shadowing_an_inherited_input_is_refused() -> None:
 # -- what step() accepts -----------------------------------------------------------------------
 
 
-def test_async_inline_function_is_refused() -> None:
-    """An async inline step function is refused because steps are synchronous."""
-    with pytest.raises(DefinitionError, match=r"fetch.*async"):
-
-        class Orders(Reactor):
-            @step()
-            async def fetch() -> int:
-                return 1
-
-
 def test_step_class_without_run_is_refused_by_step() -> None:
     """step() on a Step subclass that does not define run() is refused naming the class."""
 

@@ -50,12 +50,14 @@ class Config:
         rate_limits: named rate limits for ``with_rate_limit("name")``, each as
             ``((window_seconds, limit), ...)``.
         worker: where background work runs: ``"threads"`` (a thread pool in the dispatching
-            process, the default) or ``"celery"`` (Celery workers, see ``docs/workers.md``).
+            process, the default), ``"asyncio"`` (tasks on an event loop, see
+            ``docs/asyncio.md``) or ``"celery"`` (Celery workers, see ``docs/workers.md``).
         celery_queue: the Celery queue py_reactor's jobs are sent to (``"py_reactor"``).
         celery_resend_after: seconds after which a job sent to Celery that no worker has
             claimed yet is sent again (a prefork worker can reserve a message behind a busy
             pool process; the copy that comes second runs nothing).
         worker_threads: the thread worker's pool size.
+        worker_concurrency: how many executions the asyncio worker runs at once.
         park_max_attempts: parks on contention one step may make before it gets in (the
             count starts over once it does); the next contention fails it (``math.inf``: no
             cap); ordered-lock turns never count.
@@ -84,6 +86,7 @@ class Config:
     )
     worker: str = "threads"
     worker_threads: int = 8
+    worker_concurrency: int = 100
     celery_queue: str = "py_reactor"
     celery_resend_after: float = 5.0
     park_max_attempts: float = 20
@@ -105,6 +108,7 @@ class Config:
             f"Config(middleware={self.middleware!r}, redis_url={url!r}, "
             f"embedded_dir={self.embedded_dir!r}, rate_limits={dict(self.rate_limits)!r}, "
             f"worker={self.worker!r}, worker_threads={self.worker_threads}, "
+            f"worker_concurrency={self.worker_concurrency}, "
             f"celery_queue={self.celery_queue!r}, celery_resend_after={self.celery_resend_after}, "
             f"park_max_attempts={self.park_max_attempts}, park_delay={self.park_delay}, "
             f"park_jitter={self.park_jitter}, execution_lease={self.execution_lease}, "
@@ -127,6 +131,7 @@ def configure(
     rate_limits: Mapping[str, Mapping[str, int]] | None = None,
     worker: str | None = None,
     worker_threads: int | None = None,
+    worker_concurrency: int | None = None,
     celery_queue: str | None = None,
     celery_resend_after: float | None = None,
     park_max_attempts: float | None = None,
@@ -149,9 +154,13 @@ def configure(
         rate_limits: named limits, ``{"stripe": {"second": 3, "minute": 100}}``, for
             ``with_rate_limit("stripe")``; merged into those already registered.
         worker: ``"threads"`` (default): background work runs on a thread pool in this
-            process; ``"celery"``: it is sent to Celery workers (``py-reactor worker``), which
+            process; ``"asyncio"``: it runs as tasks on the event loop the asyncio worker was
+            started on (``await py_reactor.workers.astart()``, or ``py-reactor worker --pool
+            asyncio``); ``"celery"``: it is sent to Celery workers (``py-reactor worker``), which
             needs ``redis_url`` (the store is the broker too) and ``py_reactor[celery]``.
         worker_threads: the size of that pool (>= 1, default 8).
+        worker_concurrency: how many executions the asyncio worker runs at once (>= 1,
+            default 100).
         celery_queue: the Celery queue py_reactor's jobs go to (default ``"py_reactor"``).
         celery_resend_after: seconds after which a Celery job no worker has claimed is sent
             again (default 5; then twice as long after each send in a row that no claim
@@ -192,10 +201,10 @@ def configure(
     if redis_url is not None:
         changes["redis_url"] = _check_redis_url(redis_url)
     if worker is not None:
-        if worker not in ("threads", "celery"):
+        if worker not in ("threads", "asyncio", "celery"):
             raise ValueError(
-                f"configure(worker=...) takes 'threads' (a thread pool in this process) or "
-                f"'celery' (Celery workers), got {worker!r}"
+                f"configure(worker=...) takes 'threads' (a thread pool in this process), "
+                f"'asyncio' (tasks on an event loop) or 'celery' (Celery workers), got {worker!r}"
             )
         changes["worker"] = worker
     if celery_queue is not None:
@@ -204,16 +213,15 @@ def configure(
                 f"configure(celery_queue=...) takes a queue name, got {celery_queue!r}"
             )
         changes["celery_queue"] = celery_queue
-    if worker_threads is not None:
-        if (
-            not isinstance(worker_threads, int)
-            or isinstance(worker_threads, bool)
-            or (worker_threads < 1)
-        ):
-            raise ValueError(
-                f"configure(worker_threads=...) takes a whole number >= 1, got {worker_threads!r}"
-            )
-        changes["worker_threads"] = worker_threads
+    for option, size in (
+        ("worker_threads", worker_threads),
+        ("worker_concurrency", worker_concurrency),
+    ):
+        if size is None:
+            continue
+        if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+            raise ValueError(f"configure({option}=...) takes a whole number >= 1, got {size!r}")
+        changes[option] = size
     for option, value, least in (
         ("park_max_attempts", park_max_attempts, 0),
         ("park_delay", park_delay, 0),

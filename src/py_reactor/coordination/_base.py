@@ -1,23 +1,66 @@
-"""What every primitive shares: finding its store late, and holds that release once.
+"""What every primitive shares: finding its store late, holds that release once, and entry
+from a coroutine.
 
 Building a primitive never connects (a decorator builds one at import to check its options);
 the store is resolved on first use. Lock and semaphore holds share one shape: one store call
 to release, one to extend, both keyed by owner.
+
+On an event loop every primitive is entered with ``async with`` (or ``await aacquire()``): the
+same synchronous code runs in a bridge (``py_reactor.aio``), so the same Lua and the same ledger
+decide, and a waiter awaits the release on the loop instead of blocking a thread. The plain
+``with``/``acquire()`` refuse to run on a loop: they would block it for the whole wait.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
+import weakref
 from types import TracebackType
-from typing import Generic, Self, TypeVar
+from typing import Any, Generic, Self, TypeVar
 
+from py_reactor.aio import call, in_bridge, loop_running
 from py_reactor.coordination._extender import forget
 from py_reactor.coordination.store import Store, default_store
 
-__all__ = ["Acquirable", "Hold", "UsesStore"]
+__all__ = ["Acquirable", "Hold", "TaskStacks", "UsesStore", "refuse_on_loop"]
 
 logger = logging.getLogger("py_reactor")
+
+
+def refuse_on_loop(what: str, instead: str) -> None:
+    """Refuse a blocking entry (``what``) from a coroutine, naming the ``instead`` to await.
+
+    Raises:
+        RuntimeError: this thread runs an event loop and this is not py_reactor's own bridge.
+    """
+    if loop_running() and not in_bridge():
+        raise RuntimeError(
+            f"{what} would block the running event loop while it waits; use {instead} there"
+        )
+
+
+class TaskStacks:
+    """What each task entered with ``async with`` on one primitive, innermost last (tasks
+    share the loop's thread, so a thread-local stack would mix theirs)."""
+
+    __slots__ = ("_stacks",)
+
+    def __init__(self) -> None:
+        self._stacks: weakref.WeakKeyDictionary[asyncio.Task[Any], list[Any]] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def push(self, item: Any) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._stacks.setdefault(task, []).append(item)
+
+    def pop(self) -> Any:
+        task = asyncio.current_task()
+        assert task is not None
+        return self._stacks[task].pop()
 
 
 class UsesStore:
@@ -94,8 +137,23 @@ class Hold:
         """At a clean exit of the process: release, as ``release`` does (``ExitReleasable``)."""
         self.release()
 
+    async def arelease(self) -> None:
+        """:meth:`release` from a coroutine (the round trip awaited on the loop)."""
+        await call(self.release)
+
     def __enter__(self) -> Self:
         return self
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.arelease()
 
     def __exit__(
         self,
@@ -116,14 +174,22 @@ H = TypeVar("H", bound=Hold)
 class Acquirable(UsesStore, Generic[H]):
     """Mixin: ``with primitive as hold:`` acquires on entry and releases that hold on exit.
 
-    Holds are kept per thread, so one primitive object can be entered from several threads.
+    Holds are kept per thread (per task on a loop), so one primitive object can be entered from
+    several threads and tasks.
     """
 
     _local: threading.local
+    _tasks: TaskStacks | None = None
 
-    def acquire(self) -> H:
+    def acquire(self, *, wait: float | None = None) -> H:
         """Take a hold (implemented by each primitive)."""
         raise NotImplementedError
+
+    async def aacquire(self, *, wait: float | None = None) -> H:
+        """:meth:`acquire` from a coroutine: the same scripts, and a busy key's release
+        awaited on the loop (no thread waits). Release the hold with ``await
+        hold.arelease()``, or use ``async with``."""
+        return await call(self.acquire, wait=wait)
 
     def __enter__(self) -> H:
         hold = self.acquire()
@@ -137,3 +203,19 @@ class Acquirable(UsesStore, Generic[H]):
         tb: TracebackType | None,
     ) -> None:
         self._local.stack.pop().release()
+
+    async def __aenter__(self) -> H:
+        hold = await self.aacquire()
+        if self._tasks is None:
+            self._tasks = TaskStacks()
+        self._tasks.push(hold)
+        return hold
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        assert self._tasks is not None
+        await self._tasks.pop().arelease()

@@ -19,7 +19,7 @@ import threading
 from dataclasses import dataclass
 
 from py_reactor.config import options as opt
-from py_reactor.coordination._base import Acquirable, Hold
+from py_reactor.coordination._base import Acquirable, Hold, refuse_on_loop
 from py_reactor.coordination._extender import keep_alive, remember
 from py_reactor.coordination._waiting import wait_to_take
 from py_reactor.coordination.owner import owner_or_new, running_held_by
@@ -92,6 +92,7 @@ class Lock(Acquirable["LockHold"]):
             LockAcquisitionError: another owner held the lock for the whole wait.
             StoreUnavailableError: the store cannot be reached.
         """
+        refuse_on_loop(f"{self!r}.acquire()", "`async with` or `await ....aacquire()`")
         owner = owner_or_new(self.owner)
         wait = self.wait if wait is None else opt.check_non_negative(repr(self), "wait", wait)
         store, key, ttl_ms = self.store, self.key, self._ttl_ms

@@ -33,8 +33,9 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
+from py_reactor.aio import call
 from py_reactor.config import options as opt
-from py_reactor.coordination._base import UsesStore
+from py_reactor.coordination._base import TaskStacks, UsesStore, refuse_on_loop
 from py_reactor.coordination._extender import keep_alive
 from py_reactor.coordination._waiting import sleep_for
 from py_reactor.coordination.store import ORDERED_UNCHANGED, Store
@@ -117,6 +118,7 @@ class OrderedLock(UsesStore):
     """
 
     primitive = PRIMITIVE
+    _tasks: TaskStacks | None = None
 
     def __init__(
         self,
@@ -182,6 +184,7 @@ class OrderedLock(UsesStore):
             StoreUnavailableError: the store cannot be reached.
             CoordinationError: ``position`` belongs to another key.
         """
+        refuse_on_loop(f"{self!r}.wait_turn()", "`async with`")
         self._check(position)
         store = self.store
         heartbeat = self._watch(position)
@@ -234,16 +237,38 @@ class OrderedLock(UsesStore):
 
     def __enter__(self) -> Turn:
         """Take a position and wait for its turn; on failure to get it, abandon the position."""
+        turn = self._take_turn()
+        stack: list[Turn] = self._local.__dict__.setdefault("stack", [])
+        stack.append(turn)
+        return turn
+
+    async def __aenter__(self) -> Turn:
+        """``with``'s entry from a coroutine: the turn is awaited on the loop."""
+        turn = await call(self._take_turn)
+        if self._tasks is None:
+            self._tasks = TaskStacks()
+        self._tasks.push(turn)
+        return turn
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Release the turn, as failed when the block raised."""
+        assert self._tasks is not None
+        turn: Turn = self._tasks.pop()
+        await turn.arelease(failed=exc is not None)
+
+    def _take_turn(self) -> Turn:
         position = self.take_position()
         try:
-            turn = self.wait_turn(position)
+            return self.wait_turn(position)
         except BaseException:
             with contextlib.suppress(CoordinationError):
                 self.abandon(position)
             raise
-        stack: list[Turn] = self._local.__dict__.setdefault("stack", [])
-        stack.append(turn)
-        return turn
 
     def __exit__(
         self,
@@ -343,6 +368,10 @@ class Turn:
         self._lock = lock
         self._heartbeat = heartbeat
         self._once = threading.Lock()
+
+    async def arelease(self, *, failed: bool) -> bool:
+        """:meth:`release` from a coroutine."""
+        return await call(self.release, failed=failed)
 
     def release(self, *, failed: bool) -> bool:
         """Pass the turn on (one round trip); later calls do nothing (and return False).

@@ -26,6 +26,7 @@ import threading
 import time
 from types import TracebackType
 
+from py_reactor.aio import call
 from py_reactor.config.options import (
     check_key,
     check_non_negative,
@@ -33,7 +34,7 @@ from py_reactor.config.options import (
     check_positive_int,
 )
 from py_reactor.coordination import _waiting
-from py_reactor.coordination._base import UsesStore
+from py_reactor.coordination._base import TaskStacks, UsesStore, refuse_on_loop
 from py_reactor.coordination._extender import keep_alive
 from py_reactor.coordination.owner import owner_or_new
 from py_reactor.coordination.store import Store
@@ -77,6 +78,10 @@ class PeriodClaim:
         self._period = period
         self._store = store
         self._expire_at = expire_at
+
+    async def arelease(self, *, mark: bool) -> bool:
+        """:meth:`release` from a coroutine."""
+        return await call(self.release, mark=mark)
 
     def release(self, *, mark: bool) -> bool:
         """Give the claim back, marking the bucket done if ``mark``; wakes every waiter.
@@ -147,6 +152,7 @@ class Period(UsesStore):
     """
 
     primitive = "period"
+    _tasks: TaskStacks | None = None
 
     def __init__(
         self,
@@ -227,6 +233,7 @@ class Period(UsesStore):
             PeriodBusyError: another owner held the claim for the whole ``wait``.
             StoreUnavailableError: the store cannot be reached.
         """
+        refuse_on_loop(f"{self!r}.claim()", "`async with` or `await ....aclaim()`")
         owner = owner_or_new(owner)
         store = self._store or self.store
         wait = self.wait if wait is None else check_non_negative(repr(self), "wait", wait)
@@ -261,6 +268,27 @@ class Period(UsesStore):
                     key=self.key,
                 )
             store.wait_for_handoff(ticket, _waiting.sleep_for(remaining, reply.busy_ms))
+
+    async def aclaim(self, owner: str | None = None, *, wait: float | None = None) -> PeriodClaim:
+        """:meth:`claim` from a coroutine: a busy claim's release is awaited on the loop."""
+        return await call(self.claim, owner, wait=wait)
+
+    async def __aenter__(self) -> PeriodClaim:
+        claim = await self.aclaim()
+        if self._tasks is None:
+            self._tasks = TaskStacks()
+        self._tasks.push(claim)
+        return claim
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        assert self._tasks is not None
+        claim: PeriodClaim = self._tasks.pop()
+        await claim.arelease(mark=exc_type is None)
 
     def __enter__(self) -> PeriodClaim:
         claim = self.claim()

@@ -17,6 +17,7 @@ import time
 from collections.abc import Mapping
 from types import TracebackType
 
+from py_reactor.aio import call, sleep
 from py_reactor.config import get_config
 from py_reactor.config.options import (
     WINDOWS,
@@ -26,7 +27,7 @@ from py_reactor.config.options import (
     check_positive_int,
     window_seconds,
 )
-from py_reactor.coordination._base import UsesStore
+from py_reactor.coordination._base import UsesStore, refuse_on_loop
 from py_reactor.coordination.store import Store
 from py_reactor.errors import CoordinationError, DefinitionError, RateLimitExceededError
 
@@ -154,6 +155,7 @@ class RateLimit(UsesStore):
             CoordinationError: the limit is looked up by name and no such name is registered.
             StoreUnavailableError: the store cannot be reached.
         """
+        refuse_on_loop(f"{self!r}.acquire()", "`async with` or `await ....aacquire()`")
         windows = self._windows
         if windows is None or self.registered:
             windows = self._resolved()
@@ -167,7 +169,7 @@ class RateLimit(UsesStore):
             retry_after = reply.retry_after_ms / 1000
             if retry_after > deadline - time.monotonic():
                 raise self._exceeded(windows, retry_after, reply.full, wait)
-            time.sleep(retry_after)
+            sleep(retry_after)
             reply = store.rate_limit_acquire(self.key, windows)
             if reply.admitted:
                 return
@@ -201,9 +203,26 @@ class RateLimit(UsesStore):
         counts = store.rate_limit_usage(self.key, seconds)
         return dict(zip(seconds, counts, strict=True))
 
+    async def aacquire(self, *, wait: float | None = None) -> None:
+        """:meth:`acquire` from a coroutine: a full window's ``retry_after`` is awaited on the
+        loop, never slept in a thread."""
+        await call(self.acquire, wait=wait)
+
     def __enter__(self) -> RateLimit:
         self.acquire()
         return self
+
+    async def __aenter__(self) -> RateLimit:
+        await self.aacquire()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        return None
 
     def __exit__(
         self,

@@ -13,7 +13,7 @@ import threading
 from dataclasses import dataclass
 
 from py_reactor.config import options as opt
-from py_reactor.coordination._base import Acquirable, Hold
+from py_reactor.coordination._base import Acquirable, Hold, refuse_on_loop
 from py_reactor.coordination._extender import keep_alive
 from py_reactor.coordination._waiting import wait_to_take
 from py_reactor.coordination.owner import owner_or_new, running_held_by
@@ -75,6 +75,7 @@ class Semaphore(Acquirable["SemaphoreHold"]):
             SemaphoreAcquisitionError: every slot stayed taken for the whole wait.
             StoreUnavailableError: the store cannot be reached.
         """
+        refuse_on_loop(f"{self!r}.acquire()", "`async with` or `await ....aacquire()`")
         owner = owner_or_new(self.owner)
         wait = self.wait if wait is None else opt.check_non_negative(repr(self), "wait", wait)
         store, key, limit, lease_ms = self.store, self.key, self.limit, self._lease_ms

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any, ParamSpec, TypeVar
 
+from py_reactor.aio import call, run_coroutine
 from py_reactor.coordination.declarations import (
     Declaration,
     KeySpec,
@@ -482,10 +483,10 @@ def _coordinated(name: str, decl: Declaration, fn: Any) -> Any:
     around the same original, so a wrapper is never changed once returned.
     """
     label = _label(fn)
-    if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
+    if inspect.isasyncgenfunction(fn):
         raise DefinitionError(
-            f"{name}(...) on {label}: it is an async function, and coordination of async "
-            "functions is not supported yet; decorate a regular def function"
+            f"{name}(...) on {label}: it is an async generator function, which returns before "
+            "its body runs, so nothing would be protected; decorate a function that does the work"
         )
     if inspect.isgeneratorfunction(fn):
         raise DefinitionError(
@@ -512,9 +513,19 @@ def _coordinated(name: str, decl: Declaration, fn: Any) -> Any:
     declared[decl.primitive] = decl
     declarations = MappingProxyType(declared)
 
-    @functools.wraps(fn)
-    def coordinated(*args: Any, **kwargs: Any) -> Any:
-        return _call(original, signature, declarations, label, args, kwargs)
+    coordinated: Callable[..., Any]
+    if inspect.iscoroutinefunction(original):
+
+        @functools.wraps(fn)
+        async def coordinated(*args: Any, **kwargs: Any) -> Any:
+            # the same scope, taken and released with every wait awaited on the loop
+            return await call(_call, original, signature, declarations, label, args, kwargs)
+
+    else:
+
+        @functools.wraps(fn)
+        def coordinated(*args: Any, **kwargs: Any) -> Any:
+            return _call(original, signature, declarations, label, args, kwargs)
 
     coordinated.__dict__[COORDINATION_ATTRIBUTE] = declared
     coordinated.__dict__[ORIGINAL_ATTRIBUTE] = original
@@ -564,6 +575,8 @@ def _call(
         returned = False
         try:
             result = fn(*args, **kwargs)
+            if inspect.iscoroutine(result):  # an async function's body runs inside the scope
+                result = run_coroutine(result)
             returned = True
         finally:
             scope.exit(succeeded=returned, failed=not returned)

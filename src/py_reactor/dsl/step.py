@@ -120,10 +120,6 @@ def declare_inline_step(
     """
     carrier = fn
     fn = getattr(fn, ORIGINAL_ATTRIBUTE, fn)
-    if inspect.iscoroutinefunction(fn):
-        raise DefinitionError(
-            f"inline step {fn.__qualname__} is an async function; py_reactor steps are synchronous"
-        )
     contract, accepts_extra = contract_from_function(fn, owner=f"inline step {fn.__qualname__}")
     declaration = StepDeclaration(
         StepKind.INLINE,

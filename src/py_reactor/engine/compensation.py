@@ -20,6 +20,7 @@ from py_reactor.dsl.declaration import StepDeclaration, StepKind
 from py_reactor.dsl.signals import Failure
 from py_reactor.engine._coordinate import rollback_scope
 from py_reactor.engine.answers import StepFailure
+from py_reactor.engine.bodies import call_hook
 from py_reactor.engine.context import Status
 from py_reactor.engine.kinds import defines, make_unit
 from py_reactor.engine.results import RollbackFailure, nested_failure
@@ -71,7 +72,7 @@ def undo_completed(run: Run, declarations: Mapping[str, StepDeclaration]) -> Non
                 run,
                 TraceKind.UNDO,
                 name,
-                partial(unit.undo, context.results.get(name)),
+                partial(call_hook, unit.undo, context.results.get(name)),
                 decl,
                 values,
             )
@@ -108,7 +109,7 @@ def compensate_failed(
             call: Callable[[], Any] = (
                 partial(undo_elements, run, failed, decl)  # the elements done before the failure
                 if decl.kind is StepKind.MAP
-                else partial(failure.unit.compensate, failure.compensation_error)
+                else partial(call_hook, failure.unit.compensate, failure.compensation_error)
             )
             # Under the holds its work kept (extended first: the ttl must not run out during
             # the compensate); re-taken instead if there are none, or one was lost meanwhile.

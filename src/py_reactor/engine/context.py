@@ -10,13 +10,21 @@ import contextlib
 import threading
 import uuid
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from py_reactor.coordination.holds import Ledger
-from py_reactor.coordination.owner import bind_owner, running_owner, unbind_owner
+from py_reactor.coordination.owner import (
+    HeldBy,
+    bind_held_by,
+    bind_owner,
+    running_held_by,
+    running_owner,
+    unbind_held_by,
+    unbind_owner,
+)
 from py_reactor.engine.state import (
     FanOutWindow,
     InterruptPause,
@@ -27,7 +35,18 @@ from py_reactor.engine.state import (
 )
 from py_reactor.states import Status
 
-__all__ = ["Context", "Status", "element_key", "new_id", "running", "running_context"]
+__all__ = [
+    "Context",
+    "Status",
+    "carried",
+    "element_key",
+    "new_id",
+    "running",
+    "running_context",
+]
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 
 def new_id() -> str:
@@ -50,6 +69,35 @@ def running_context() -> Context | None:
     if current is None or current[1] != threading.get_ident():
         return None
     return current[0]
+
+
+def carried(fn: Callable[P, T]) -> Callable[P, T]:
+    """``fn``, to be called in another thread as part of the execution running here (a plain
+    step body a run on an event loop hands to a thread): there it reads this execution as
+    running, and its holds as this execution's. ``fn`` itself when none runs here."""
+    current = _running.get()
+    if current is None or current[1] != threading.get_ident():
+        return fn
+    context, owner, by = current[0], running_owner(), running_held_by()
+
+    def in_thread(*args: P.args, **kwargs: P.kwargs) -> T:
+        with running(context, owner=owner), holds_taken_by(by):
+            return fn(*args, **kwargs)
+
+    return in_thread
+
+
+@contextlib.contextmanager
+def holds_taken_by(by: HeldBy | None) -> Iterator[None]:
+    """Name ``by`` in the holds taken in this thread for the block (nothing if None)."""
+    if by is None:
+        yield
+        return
+    token = bind_held_by(by)
+    try:
+        yield
+    finally:
+        unbind_held_by(token)
 
 
 @contextlib.contextmanager

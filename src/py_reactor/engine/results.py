@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
+from py_reactor.aio import call
 from py_reactor.engine.context import Context
 from py_reactor.engine.state import RollbackFailure
 from py_reactor.states import Status
@@ -84,6 +85,15 @@ class Outcome:
         a ``DispatchedResult`` waits for its worker. So ``Reactor.run(...).wait()`` reads the
         same whether or not the run was dispatched."""
         return self
+
+    async def await_outcome(self, timeout: float | None = None) -> Outcome:
+        """:meth:`wait` for an event loop: awaits the end (the store is read and waited on
+        with asyncio, the loop never blocks).
+
+        Raises:
+            TimeoutError: it did not end within ``timeout`` seconds.
+        """
+        return await call(self.wait, timeout)
 
 
 class SuccessResult(Outcome):

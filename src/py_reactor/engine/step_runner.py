@@ -28,6 +28,7 @@ from py_reactor.engine.answers import (
     StepFailure,
 )
 from py_reactor.engine.async_units import await_units
+from py_reactor.engine.bodies import call_hook
 from py_reactor.engine.kinds import defines, make_unit
 from py_reactor.engine.refusals import NOTHING, contended, refused, said_no
 from py_reactor.engine.resolve import resolve_arguments
@@ -251,7 +252,7 @@ def _work(unit: Any) -> Success | Failure | Halt | Skipped | Parked | Paused:
     """Run the unit's work once; an exception becomes a (retryable) failure. A composed child
     that parked in a worker answers ``Parked``: the whole execution parks."""
     try:
-        return _as_signal(unit.run())
+        return _as_signal(call_hook(unit.run))
     except Exception as exc:
         return Failure(exc)
 
@@ -298,7 +299,7 @@ def _as_signal(raw: Any) -> Success | Failure | Halt | Skipped | Parked | Paused
 def _guard(unit: Any) -> Failure | Skipped | Halt | None:
     """None to proceed; otherwise the signal that settles the step without running it."""
     try:
-        verdict = unit.guard()
+        verdict = call_hook(unit.guard)
     except Exception as exc:
         return Failure(exc, retryable=False)
     if verdict is None or verdict is True or isinstance(verdict, Success):

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from py_reactor.aio import sleep
 from py_reactor.config import get_config
 from py_reactor.coordination.gates import Busy
 from py_reactor.engine.answers import STORE, Parked
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
 __all__ = ["BLOCKING", "Blocking", "Parking", "Waiter", "backstop", "park"]
 
 
-_sleep = time.sleep  # module-level so tests can swap in a fake clock
+_sleep = sleep  # module-level so tests can swap in a fake clock
 
 
 class Waiter:

@@ -38,15 +38,14 @@ overtook gives back what it kept.
 
 from __future__ import annotations
 
-import contextvars
 import copy
 import dataclasses
 import itertools
 import threading
 from collections.abc import Mapping
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
+from py_reactor.aio import Branches
 from py_reactor.coordination.holds import HELD, Ledger
 from py_reactor.coordination.owner import branch_owner, encloses, running_owner
 from py_reactor.coordination.scope import TAKER, compute_key
@@ -141,10 +140,10 @@ class _Walk(Scheduler[str]):
         self.all_here = self.in_order = self.limit == 1  # a plain reactor: every step here
         self.checkpoint = run.waiter.checkpoint
         self.owner = running_owner() or run.context.root_id
-        self.running: dict[Future[_Branch], _Branch] = {}
+        self.running: dict[Any, _Branch] = {}  # a future or a task (aio.Branches) per branch
         self.failures: list[StepFailure] = []
         self.stops: list[tuple[str, object]] = []  # (step, Halted | Paused | Parked)
-        self._pool: ThreadPoolExecutor | None = None
+        self._branches = Branches(self.limit, f"py-reactor-{run.reactor_name}")
         self._claimed: dict[str, frozenset[tuple[str, str]]] = {}
         self._order = itertools.count(1)
         self._order_guard = threading.Lock()
@@ -194,7 +193,7 @@ class _Walk(Scheduler[str]):
     def ended(self) -> list[tuple[str, object]]:
         """The branches that ended, merged into the execution's context in the order they
         finished (a branch that raised — KeyboardInterrupt... — aborts the walk)."""
-        done, _ = wait(tuple(self.running), return_when=FIRST_COMPLETED)
+        done = self._branches.first_done(self.running)
         merged: list[tuple[str, object]] = []
         for future in sorted(done, key=lambda f: self.running[f].finished):
             branch = self.running.pop(future)
@@ -262,13 +261,8 @@ class _Walk(Scheduler[str]):
         branch = _Branch(
             name, branch_owner(self.owner, name), branch_run, base, claims, root, root_base
         )
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(
-                max_workers=self.limit, thread_name_prefix=f"py-reactor-{run.reactor_name}"
-            )
         # The scheduler's context variables (a tracing span, say) carry over to the branch.
-        future = self._pool.submit(contextvars.copy_context().run, self._branch, branch)
-        self.running[future] = branch
+        self.running[self._branches.submit(self._branch, branch)] = branch
 
     def _branch(self, branch: _Branch) -> _Branch:
         """A branch thread: run the one step under the branch's own owner and context."""
@@ -424,15 +418,15 @@ class _Walk(Scheduler[str]):
             failure.release_holds()  # interrupted before its rollback released them
         for future in self.running:
             future.add_done_callback(_release_late)
+            self._branches.abandon(future)  # a task unwinds now; a thread ends its step
         self.running.clear()
 
     def close(self) -> None:
         """Let the pool's threads go (at once: every branch has been merged or abandoned)."""
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+        self._branches.close()
 
 
-def _release_late(future: Future[_Branch]) -> None:
+def _release_late(future: Any) -> None:
     """A branch that ended after its walk was aborted: release what its failure kept."""
     if future.cancelled() or future.exception() is not None:
         return

@@ -25,6 +25,7 @@ from typing import Any
 
 from pydantic_core import to_jsonable_python
 
+from py_reactor.aio import sleep
 from py_reactor.engine.context import Context
 from py_reactor.engine.results import (
     CancelledResult,
@@ -227,7 +228,7 @@ def wait(execution_id: str, *, timeout: float | None = None) -> Outcome:
                 f"{timeout:g} s{damage}; wait longer, or look at "
                 f"find({execution_id!r}).waiting_on"
             )
-        time.sleep(pause)
+        sleep(pause)
         pause = min(pause * 2, 0.05)
 
 

@@ -32,6 +32,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from py_reactor.aio import sleep
 from py_reactor.config import get_config
 from py_reactor.states import Status
 from py_reactor.storage import keys
@@ -410,7 +411,7 @@ class ExecutionStore:
         """Block up to ``timeout`` seconds for an id of one of ``namespaces`` made due now (a
         wake or a dispatch); None at once when there are none to serve."""
         if not namespaces:
-            time.sleep(timeout)
+            sleep(timeout)
             return None
         return self.store.wait_signal([keys.ready(n) for n in sorted(namespaces)], timeout)
 
@@ -419,6 +420,9 @@ class ExecutionStore:
         return [str(i) for i in self._client().zrevrange(INDEX_KEY, 0, limit - 1)]
 
     def _client(self) -> Any:
+        commands = getattr(self.store, "commands", None)
+        if commands is not None:  # a RedisStore: in a bridge, its commands are awaited
+            return commands()
         client = getattr(self.store, "client", None)
         if client is None:  # pragma: no cover - every real store is a RedisStore
             raise TypeError(f"{self.store!r} cannot read execution records")

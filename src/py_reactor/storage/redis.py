@@ -11,19 +11,23 @@ with EVALSHA, falling back to loading the script the first time a server has not
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import threading
+import weakref
 from collections.abc import Sequence
 from functools import cache, lru_cache
 from importlib import resources
 from typing import Any, Literal
 
 import redis
+import redis.asyncio
 from redis.backoff import NoBackoff
 from redis.commands.core import Script
 from redis.retry import Retry
 
+from py_reactor.aio import at_loop_end, await_, in_bridge
 from py_reactor.config.urls import EXAMPLE, redact, scrub, secrets_of
 from py_reactor.coordination.owner import HeldBy
 from py_reactor.coordination.store import (
@@ -44,6 +48,10 @@ __all__ = ["CONNECT_TIMEOUT", "RedisStore", "held_by", "lua_source"]
 
 #: Seconds to wait for a connection before reporting the store unreachable.
 CONNECT_TIMEOUT = 5.0
+
+#: The most connections one event loop's asyncio client opens (redis-py's default, 100, is
+#: below the runs a loop has in flight, each waiting for a key on a connection of its own).
+ASYNC_MAX_CONNECTIONS = 10_000
 
 
 @cache
@@ -79,6 +87,10 @@ class RedisStore:
         self._secrets: tuple[str, ...] = (str(password),) if password else ()
         self._scripts: dict[str, Script] = {}
         self._lock = threading.Lock()
+        # One asyncio client per event loop (redis.asyncio connections belong to one loop).
+        self._aclients: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, redis.asyncio.Redis
+        ] = weakref.WeakKeyDictionary()
 
     @classmethod
     def from_url(cls, url: str) -> RedisStore:
@@ -326,12 +338,15 @@ class RedisStore:
 
     def run_script(self, name: str, keys: Sequence[str], args: Sequence[str | int | float]) -> Any:
         """Run script ``name`` in one round trip (EVALSHA; loaded first if the server lacks it)
-        and return its raw reply.
+        and return its raw reply. In a bridge (``py_reactor.aio``) the round trip is awaited
+        on the loop, through the loop's asyncio client.
 
         Calls EVALSHA directly rather than through redis-py's ``Script.__call__``, which costs
         a few microseconds per call that every acquire and release would pay.
         """
         script = self._scripts.get(name) or self._script(name)
+        if in_bridge():
+            return await_(self._arun_script(script, name, keys, args))
         try:
             try:
                 return self.client.evalsha(script.sha, len(keys), *keys, *args)
@@ -341,18 +356,52 @@ class RedisStore:
         except (redis.RedisError, OSError) as exc:
             raise self._failed(name, exc) from self._cause(exc)
 
+    async def _arun_script(
+        self, script: Script, name: str, keys: Sequence[str], args: Sequence[str | int | float]
+    ) -> Any:
+        client = self.async_client()
+        try:
+            try:
+                return await client.evalsha(script.sha, len(keys), *keys, *args)
+            except redis.exceptions.NoScriptError:
+                script.sha = await client.script_load(script.script)
+                return await client.evalsha(script.sha, len(keys), *keys, *args)
+        except (redis.RedisError, OSError) as exc:
+            raise self._failed(name, exc) from self._cause(exc)
+
     def wait_signal(self, key: str | Sequence[str], timeout: float) -> str | None:
         """BLPOP ``key`` (or the first of several lists to have an element) for up to
         ``timeout`` seconds (at least 10 ms: Redis 6.2 reads a timeout under about 1 ms as 0,
-        "block forever")."""
+        "block forever"). In a bridge the BLPOP is awaited on the loop: no thread waits."""
         names = [key] if isinstance(key, str) else list(key)
         try:
-            reply = self.client.blpop(names, timeout=max(timeout, 0.01))
+            if in_bridge():
+                reply = await_(self.async_client().blpop(names, timeout=max(timeout, 0.01)))
+            else:
+                reply = self.client.blpop(names, timeout=max(timeout, 0.01))
         except (redis.RedisError, OSError) as exc:
             raise self._failed("BLPOP", exc) from self._cause(exc)
         if reply is None:
             return None
         return str(reply[1])
+
+    def commands(self) -> Any:
+        """The client plain reads and writes go through: redis-py's, or in a bridge one whose
+        every command is awaited on the loop (same method names)."""
+        if in_bridge():
+            return _Awaited(self.async_client())
+        return self.client
+
+    def async_client(self) -> redis.asyncio.Redis:
+        """The ``redis.asyncio`` client of the running loop, made on first use from this
+        store's connection settings; closed by ``py_reactor.aio.close_loop_resources``."""
+        loop = asyncio.get_running_loop()
+        client = self._aclients.get(loop)
+        if client is None:
+            client = _async_twin(self.client)
+            self._aclients[loop] = client
+            at_loop_end(client.aclose)
+        return client
 
     def _failed(self, what: str, exc: BaseException) -> StoreUnavailableError:
         """The error for ``exc``, raised by redis-py while running ``what``."""
@@ -406,6 +455,108 @@ class RedisStore:
 
     def __repr__(self) -> str:
         return f"<RedisStore {self.description}>"
+
+
+class _Awaited:
+    """An asyncio client's commands called from synchronous code in a bridge: each awaited."""
+
+    __slots__ = ("_client",)
+
+    def __init__(self, client: redis.asyncio.Redis) -> None:
+        self._client = client
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "pipeline":
+            return lambda **options: _AwaitedPipeline(self._client.pipeline(**options))
+        command = getattr(self._client, name)
+        return lambda *args, **options: await_(command(*args, **options))
+
+
+class _AwaitedPipeline:
+    """An asyncio pipeline: commands are queued as in redis-py, ``execute`` is awaited."""
+
+    __slots__ = ("_pipe",)
+
+    def __init__(self, pipe: Any) -> None:
+        self._pipe = pipe
+
+    def __getattr__(self, name: str) -> Any:
+        command = getattr(self._pipe, name)
+
+        def queue(*args: Any, **options: Any) -> _AwaitedPipeline:
+            command(*args, **options)
+            return self
+
+        return queue
+
+    def execute(self) -> list[Any]:
+        return await_(self._pipe.execute())
+
+
+#: redis-py's connection classes and their asyncio twins.
+_ASYNC_CONNECTIONS: dict[type, type] = {
+    redis.Connection: redis.asyncio.Connection,
+    redis.SSLConnection: redis.asyncio.SSLConnection,
+    redis.UnixDomainSocketConnection: redis.asyncio.UnixDomainSocketConnection,
+}
+
+
+def _async_twin(client: redis.Redis) -> redis.asyncio.Redis:
+    """A ``redis.asyncio`` client for the server ``client`` talks to, with its address, its
+    credentials and timeouts, and no client-side retries either."""
+    pool = client.connection_pool
+    options = {
+        name: value
+        for name, value in pool.connection_kwargs.items()
+        if name in _ADDRESS_OPTIONS or name.startswith("ssl_")
+    }
+    connection_class = _ASYNC_CONNECTIONS.get(pool.connection_class, redis.asyncio.Connection)
+    # No socket timeout: with one, redis-py wraps every write in a task (asyncio.wait_for) and
+    # every read in a timer; on a loop the caller bounds a wait (cancelling the task), and a
+    # BLPOP outlasting a socket timeout would be misread as a dead server.
+    options["socket_timeout"] = None
+    options.update(_NO_SETINFO)  # no CLIENT SETINFO: round trips and a metadata read per connection
+    # Every run waiting on a loop for a hand-off blocks one connection in BLPOP (the sync
+    # path blocks one per thread), so the pool is as large as the runs in flight.
+    apool = redis.asyncio.ConnectionPool(
+        max_connections=ASYNC_MAX_CONNECTIONS,
+        connection_class=connection_class,
+        retry=redis.asyncio.retry.Retry(NoBackoff(), 0),
+        **options,
+    )
+    return redis.asyncio.Redis.from_pool(apool)  # closing the client closes its pool
+
+
+#: What an asyncio connection takes over from the sync one's settings (the rest are redis-py's
+#: own per-client objects).
+_ADDRESS_OPTIONS = frozenset(
+    {
+        "host",
+        "port",
+        "path",
+        "db",
+        "username",
+        "password",
+        "credential_provider",
+        "client_name",
+        "socket_timeout",
+        "socket_connect_timeout",
+        "socket_keepalive",
+        "socket_keepalive_options",
+        "decode_responses",
+        "encoding",
+        "encoding_errors",
+        "protocol",
+    }
+)
+
+
+try:  # redis-py 7.1+ names the client with driver_info; earlier, with lib_name/lib_version
+    import redis.driver_info
+
+    _NO_SETINFO: dict[str, None] = {"driver_info": None}
+except ImportError:  # pragma: no cover - older redis-py
+    _NO_SETINFO = {"lib_name": None, "lib_version": None}
 
 
 _Extra = tuple[tuple[str, ...], str]  # (more KEYS, the queue member ARGV)

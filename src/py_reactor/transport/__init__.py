@@ -12,6 +12,7 @@ from py_reactor.config import get_config
 from py_reactor.dsl.reactor import Reactor
 from py_reactor.errors import DispatchError
 from py_reactor.runtime.transport import Transport
+from py_reactor.transport.tasks import TASKS
 from py_reactor.transport.threads import THREADS
 
 if TYPE_CHECKING:
@@ -40,7 +41,10 @@ class _CeleryMissing:
 
 def current() -> Transport:
     """The transport ``configure(worker=...)`` names now."""
-    if get_config().worker != "celery":
+    worker = get_config().worker
+    if worker == "asyncio":
+        return TASKS
+    if worker != "celery":
         return THREADS
     try:
         from py_reactor.transport.celery import CELERY  # an optional extra: celery

@@ -1,7 +1,8 @@
 """The dispatch loop every worker runs: take what a release made ready, sweep what fell due.
 
-The thread worker runs it to hand executions to its pool, a Celery worker's dispatcher
-bootstep to send their jobs; only ``on_ready`` and ``sweep`` differ.
+The thread worker runs it to hand executions to its pool, the asyncio worker (in a bridge, its
+waits awaited) to start tasks, a Celery worker's dispatcher bootstep to send their jobs; only
+``on_ready`` and ``sweep`` differ.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from py_reactor.aio import sleep
 from py_reactor.errors import StoreUnavailableError
 from py_reactor.runtime.namespaces import served
 from py_reactor.storage import executions as stored_executions
@@ -58,9 +60,9 @@ def serve(
             if not down:
                 down = True
                 logger.warning("py_reactor: %s waits for the store: %s", who, exc)
-            time.sleep(SWEEP_EVERY)
+            sleep(SWEEP_EVERY)
         except Exception:
             if stopped.is_set():
                 return
             logger.exception("py_reactor: %s hit an error", who)
-            time.sleep(SWEEP_EVERY)
+            sleep(SWEEP_EVERY)

@@ -2,7 +2,9 @@
 
 ``configure(worker="threads")`` (the default) runs background work on a thread pool in the
 process that dispatches it, started on first dispatch or by :func:`start`;
-``configure(worker="celery")`` sends it to Celery workers (``py_reactor.workers.celery``).
+``configure(worker="asyncio")`` runs it as tasks on an event loop (:func:`astart` in an app's
+lifespan, :func:`astop` at its end); ``configure(worker="celery")`` sends it to Celery workers
+(``py_reactor.workers.celery``).
 Everything an execution needs lives in the store, so a process restarted on the same store
 finishes what a killed one left (:func:`sweep` runs one recovery pass by hand).
 
@@ -14,11 +16,13 @@ from __future__ import annotations
 from py_reactor.api import cancel, find, resume, retry, undo, wait
 from py_reactor.config import get_config
 from py_reactor.runtime.execution import TERMINAL, Execution
-from py_reactor.transport import threads
+from py_reactor.transport import tasks, threads
 
 __all__ = [
     "TERMINAL",
     "Execution",
+    "astart",
+    "astop",
     "cancel",
     "ensure_worker",
     "find",
@@ -35,6 +39,21 @@ __all__ = [
 def start() -> None:
     """Start this process's thread worker now (it also starts on the first dispatch)."""
     threads.ensure_worker()
+
+
+async def astart() -> None:
+    """Start the asyncio worker on the running event loop (an app's lifespan), if it is not
+    running there. With ``configure(worker="asyncio")`` it runs the background executions of
+    the reactors this process imported (their namespaces), ``worker_concurrency`` at once."""
+    await tasks.astart()
+
+
+async def astop(*, timeout: float | None = 30) -> None:
+    """Stop the running loop's asyncio worker: nothing new starts; the executions running get
+    ``timeout`` seconds to end, then are cancelled (aborted, what they hold given back, run
+    again from their last checkpoint by recovery). Then close py_reactor's connections on
+    this loop."""
+    await tasks.astop(timeout=timeout)
 
 
 def ensure_worker() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from py_reactor.dsl.declaration import StepDeclaration
+from py_reactor.engine.bodies import call_body
 from py_reactor.engine.run import Run
 
 __all__ = ["InlineUnit"]
@@ -24,12 +25,12 @@ class InlineUnit:
         return None
 
     def run(self) -> Any:
-        return self.decl.target(**self.values)
+        return call_body(self.decl.target, **self.values)
 
     def compensate(self, error: Any) -> Any:
         hook = self.decl.compensate_hook
-        return None if hook is None else hook(error, **self.values)
+        return None if hook is None else call_body(hook, error, **self.values)
 
     def undo(self, result: Any) -> Any:
         hook = self.decl.undo_hook
-        return None if hook is None else hook(result, **self.values)
+        return None if hook is None else call_body(hook, result, **self.values)
