@@ -10,7 +10,10 @@ on stderr with exit status 2. ``worker`` and ``sweep`` are here; ``demo`` is in
 from __future__ import annotations
 
 import argparse
+import asyncio
+import logging
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -104,19 +107,26 @@ def _parser() -> argparse.ArgumentParser:
 
     worker = commands.add_parser(
         "worker",
-        help="start a Celery worker for py_reactor's jobs (needs py_reactor[celery])",
-        description="Start a Celery worker that has imported your reactor modules; the store "
-        "is also Celery's broker.",
+        help="start a worker for py_reactor's background executions: a Celery worker (needs "
+        "py_reactor[celery]), or with --pool asyncio an asyncio worker in this process",
+        description="Start a worker that has imported your reactor modules: a Celery worker "
+        "(the store is also Celery's broker), or with --pool asyncio the asyncio worker, which "
+        "runs executions as tasks on an event loop of this process (no Celery needed).",
     )
-    add_store_option(worker, needed="required: the store is Celery's broker")
+    add_store_option(worker, needed="required for Celery: the store is its broker")
     add_imports(worker, "the reactors to run")
     add_namespaces(worker)
-    worker.add_argument("--concurrency", type=int, default=None, help="pool size")
+    worker.add_argument(
+        "--concurrency",
+        type=int,
+        default=None,
+        help="pool size (asyncio: executions running at once, default 100)",
+    )
     worker.add_argument(
         "--pool",
-        choices=("prefork", "threads", "solo"),
+        choices=("prefork", "threads", "solo", "asyncio"),
         default="prefork",
-        help="Celery's pool (default prefork)",
+        help="Celery's pool (default prefork), or asyncio: tasks on an event loop, no Celery",
     )
     worker.add_argument("--loglevel", default="INFO", help="Celery's log level (default INFO)")
     worker.add_argument(
@@ -153,6 +163,8 @@ def _dashboard(args: argparse.Namespace) -> int:
 
 
 def _worker(args: argparse.Namespace) -> int:
+    if args.pool == "asyncio":
+        return _asyncio_worker(args)
     url = use_store(args)
     if url is None:
         raise CommandError(
@@ -188,6 +200,41 @@ def _worker(args: argparse.Namespace) -> int:
         argv += ["--concurrency", str(args.concurrency)]
     app.worker_main(argv)
     return 0
+
+
+def _asyncio_worker(args: argparse.Namespace) -> int:
+    """``worker --pool asyncio``: the asyncio worker on this process's loop, until SIGINT or
+    SIGTERM; then the running executions get 30 s to end (the rest run again elsewhere)."""
+    use_store(args)
+    reach_store()
+    if args.concurrency is not None and args.concurrency < 1:
+        raise CommandError(f"--concurrency takes a whole number >= 1, got {args.concurrency}")
+    configure(worker="asyncio", worker_concurrency=args.concurrency or None)
+    if args.queue:
+        raise CommandError("--queue names Celery queues; the asyncio worker takes no queue")
+    import_modules(args.modules)
+    namespaces = serve_namespaces(args)
+    logging.basicConfig(level=args.loglevel.upper(), format="%(asctime)s %(message)s")
+    concurrency = get_config().worker_concurrency
+    print(
+        f"py_reactor asyncio worker: serving {', '.join(namespaces)} "
+        f"({concurrency} at once); Ctrl-C to stop",
+        flush=True,
+    )
+    asyncio.run(_serve_until_signalled())
+    return 0
+
+
+async def _serve_until_signalled() -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    await workers.astart()
+    try:
+        await stop.wait()
+    finally:
+        await workers.astop(timeout=30)
 
 
 def _sweep(args: argparse.Namespace) -> int:

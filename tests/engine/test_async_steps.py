@@ -373,3 +373,44 @@ def test_await_outcome_of_an_ended_run_is_that_outcome() -> None:
 
     outcome, final = run(main)
     assert final is outcome
+
+
+# -- sibling tasks taking turns on the reactor's own key ---------------------------------------
+
+TURNS: list[str] = []
+
+
+def _reactor_key(args: dict[str, Any]) -> str:
+    return f"{args['key']}:reactor"
+
+
+@with_lock(lambda a: f"{a['key']}:reactor", wait=10)
+async def _critical(key: str, who: str) -> None:
+    TURNS.append(f"in {who}")
+    await asyncio.sleep(0.05)
+    TURNS.append(f"out {who}")
+
+
+@parallel(max_branches=2)
+@with_lock(_reactor_key, ttl=30, wait=10)
+class Turns(Reactor):
+    key: str
+
+    @step(key=Input("key"))
+    async def a(key: str) -> str:
+        await _critical(key, "a")  # re-enters the reactor's hold: one sibling at a time
+        return "a"
+
+    @step(key=Input("key"))
+    async def b(key: str) -> str:
+        await _critical(key, "b")
+        return "b"
+
+
+def test_sibling_tasks_re_entering_the_reactors_hold_take_turns(key: str) -> None:
+    TURNS.clear()
+    outcome = run(lambda: Turns.arun(key=key))
+    assert outcome.is_success, outcome
+    assert sorted(TURNS[0::2]) == ["in a", "in b"]
+    for first, second in zip(TURNS[0::2], TURNS[1::2], strict=True):
+        assert first.split()[1] == second.split()[1]  # each in is followed by its own out

@@ -9,6 +9,7 @@ importing this module applies the worker settings too).
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 from py_reactor import (
@@ -49,6 +50,31 @@ class Three(Reactor):
         return x + 100
 
     returns = "third"
+
+
+@background
+class AsyncLocked(Reactor):
+    """Async steps on a Celery worker (each on a loop of its own): ``charge`` under a step lock
+    on ``account``, and an async lock inside it that re-enters the step's."""
+
+    key: str
+    account: str
+
+    @step
+    async def first(key: str) -> str:
+        await asyncio.sleep(0)
+        record(key, "first")
+        return "ok"
+
+    @step(wait_for=["first"])
+    @with_lock(lambda args: f"celery-test:{args['account']}", ttl=10)
+    async def charge(key: str, account: str) -> int:
+        async with Lock(f"celery-test:{account}", wait=0) as hold:  # its own step's key
+            await asyncio.sleep(0.01)
+            record(key, "charge")
+            return hold.count
+
+    returns = "charge"
 
 
 @background(after="first")

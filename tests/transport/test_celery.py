@@ -97,6 +97,20 @@ def test_the_three_hand_off_forms_run_the_rest_in_a_worker_process(
         assert (pid == os.getpid()) == (what in in_caller), ran
 
 
+def test_async_steps_run_on_a_celery_worker_and_re_enter_their_step_lock(
+    raw: redis.Redis, key: str
+) -> None:
+    """An ``async def`` step runs in the worker process on a loop of its own; its ``async
+    with Lock`` on the key its step holds re-enters the hold (count 2) instead of waiting."""
+    out = r.AsyncLocked.run(key=key, account=key)
+    done = out.wait(timeout=30)
+    assert done.is_success, done
+    assert done.value == 2
+    ran = records(raw, key)
+    assert [what for what, _ in ran] == ["first", "charge"]
+    assert all(pid != os.getpid() for _, pid in ran)
+
+
 def test_find_reads_the_execution_the_worker_stored(key: str) -> None:
     out = r.Three.run(key=key, n=2)
     out.wait(timeout=30)

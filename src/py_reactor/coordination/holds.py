@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from py_reactor.aio import in_bridge, sleep
 from py_reactor.coordination.owner import new_owner, related
 
 __all__ = ["CHARGED", "HELD", "WAITING", "HoldRecord", "Ledger", "live"]
@@ -160,17 +161,29 @@ class Ledger:
 
         False if a sibling kept its turn for the whole wait.
         """
-        with self._changed:
-            turns = self._turns
+        turns = self._turns
 
-            def free() -> bool:
-                return all(related(other, taker) for other in turns.get(entry, ()))
+        def free() -> bool:
+            return all(related(other, taker) for other in turns.get(entry, ()))
 
-            if not self._changed.wait_for(free, timeout=max(timeout, 0.0)):
-                return False
+        def take() -> bool:
             mine = turns.setdefault(entry, {})
             mine[taker] = mine.get(taker, 0) + 1
             return True
+
+        if in_bridge():  # siblings are tasks of this thread's loop: look again between awaits
+            deadline = time.monotonic() + max(timeout, 0.0)
+            while True:
+                with self._guard:
+                    if free():
+                        return take()
+                if time.monotonic() >= deadline:
+                    return False
+                sleep(_TURN_POLL)
+        with self._changed:
+            if not self._changed.wait_for(free, timeout=max(timeout, 0.0)):
+                return False
+            return take()
 
     def end_turn(self, entry: str, taker: str) -> None:
         """Give back one turn ``taker`` took on ``entry`` (a no-op if it has none)."""
@@ -205,6 +218,11 @@ class Ledger:
 
     def __repr__(self) -> str:
         return f"<Ledger {self.held_keys}>"
+
+
+#: Seconds between two looks at a turn a sibling task holds (on an event loop, a task cannot
+#: block on the condition the sibling notifies: it would block the loop the sibling runs on).
+_TURN_POLL = 0.005
 
 
 class _Live:

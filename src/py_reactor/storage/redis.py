@@ -398,9 +398,14 @@ class RedisStore:
         loop = asyncio.get_running_loop()
         client = self._aclients.get(loop)
         if client is None:
-            client = _async_twin(self.client)
-            self._aclients[loop] = client
-            at_loop_end(client.aclose)
+            client = self._aclients[loop] = _async_twin(self.client)
+
+            async def close() -> None:
+                if self._aclients.get(loop) is client:  # the next use opens a new one
+                    del self._aclients[loop]
+                await client.aclose()
+
+            at_loop_end(close)
         return client
 
     def _failed(self, what: str, exc: BaseException) -> StoreUnavailableError:

@@ -90,9 +90,10 @@ class AsyncWorker:
             self._queued.discard(execution_id)
 
     async def stop(self, *, timeout: float | None = 30) -> None:
-        """Stop taking work and wait up to ``timeout`` seconds for the running executions to
-        end; those still running then are cancelled (aborted: what they hold is given back,
-        and recovery runs them again from their last checkpoint)."""
+        """Stop taking work and wait up to ``timeout`` seconds (None: for ever) for the running
+        executions to end; those still running then are cancelled, which aborts them as a
+        KeyboardInterrupt would: no rollback, what they hold given back, status ``aborted``
+        (then ``retry`` or ``undo`` them). What has not started stays due for the next worker."""
         self._stopped.set()
         self._dispatcher.cancel()
         await asyncio.gather(self._dispatcher, return_exceptions=True)

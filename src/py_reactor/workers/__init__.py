@@ -50,9 +50,9 @@ async def astart() -> None:
 
 async def astop(*, timeout: float | None = 30) -> None:
     """Stop the running loop's asyncio worker: nothing new starts; the executions running get
-    ``timeout`` seconds to end, then are cancelled (aborted, what they hold given back, run
-    again from their last checkpoint by recovery). Then close py_reactor's connections on
-    this loop."""
+    ``timeout`` seconds (None: for ever) to end, then are cancelled, which aborts them as a
+    KeyboardInterrupt would (no rollback, what they hold given back, status ``aborted``). Then
+    close py_reactor's connections on this loop."""
     await tasks.astop(timeout=timeout)
 
 
