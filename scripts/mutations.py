@@ -80,6 +80,53 @@ class Mutation:
 
 MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
+        id="async-wait-blocks-the-loop",
+        breaks="a run on an event loop waits for a hand-off with a blocking BLPOP (the loop stops)",
+        file="src/py_reactor/storage/redis.py",
+        old="            if in_bridge():\n                reply = await_(",
+        new="            if False:\n                reply = await_(",
+        tests=(
+            "tests/concurrency/test_asyncio_concurrency.py"
+            "::test_the_loop_ticks_while_a_run_waits_for_a_key_a_thread_holds",
+        ),
+    ),
+    Mutation(
+        id="sync-body-on-the-loop",
+        breaks="a plain step body of a run on an event loop runs on the loop's thread, blocking it",
+        file="src/py_reactor/engine/bodies.py",
+        old="    if in_bridge():\n        return to_thread(carried(fn), *args, **kwargs)\n",
+        new="",
+        tests=(
+            "tests/engine/test_async_steps.py"
+            "::test_sync_steps_run_in_a_thread_and_the_loop_keeps_ticking",
+        ),
+    ),
+    Mutation(
+        id="async-body-outside-the-execution",
+        breaks="an async step body runs outside its execution's context (its own lock is foreign)",
+        file="src/py_reactor/aio.py",
+        old="        return await_(coroutine)\n",
+        new="        return await_(asyncio.get_running_loop().create_task(coroutine, "
+        "context=contextvars.Context()))\n",
+        tests=(
+            "tests/engine/test_async_steps.py"
+            "::test_bodies_re_enter_what_their_step_holds_from_the_loop_and_from_the_thread",
+        ),
+    ),
+    Mutation(
+        id="cancel-keeps-the-key",
+        breaks="cancelling the task of a run does not unwind it: what it holds stays held",
+        file="src/py_reactor/aio.py",
+        old="        except BaseException as exc:  # CancelledError included: unwind fn where it waits\n"
+        "            value = bridge.throw(exc)\n",
+        new="        except BaseException:  # CancelledError included: unwind fn where it waits\n"
+        "            raise\n",
+        tests=(
+            "tests/concurrency/test_asyncio_concurrency.py"
+            "::test_cancelling_a_run_that_holds_a_key_hands_it_to_a_waiting_process_at_once",
+        ),
+    ),
+    Mutation(
         id="worker-serves-every-namespace",
         breaks="a worker takes the executions of every namespace on the store, not only its own",
         file="src/py_reactor/runtime/namespaces.py",
