@@ -50,14 +50,23 @@ def run(cls: type[DeclaredReactor], inputs: Mapping[str, Any]) -> Outcome:
     Raises:
         RuntimeError: called from a coroutine (it would block the event loop): ``arun``.
     """
-    if loop_running() and not in_bridge():
-        raise RuntimeError(
-            f"{cls.__qualname__}.run() was called inside a running event loop, which it would "
-            f"block for the whole run; use `await {cls.__qualname__}.arun(...)` there (or run "
-            "it in a thread)"
-        )
+    _not_on_a_loop(f"{cls.__qualname__}.run()", f"await {cls.__qualname__}.arun(...)")
     handoff = getattr(cls, "__py_reactor_handoff__", None)
     return start(cls, inputs, transport=current(), handoff=handoff)
+
+
+def _not_on_a_loop(verb: str, instead: str) -> None:
+    """Refuse a verb that runs steps (and waits) when called from a coroutine: it would block
+    the event loop for the whole run.
+
+    Raises:
+        RuntimeError: naming the verb and its awaitable twin.
+    """
+    if loop_running() and not in_bridge():
+        raise RuntimeError(
+            f"{verb} was called inside a running event loop, which it would block for the whole "
+            f"run; use `{instead}` there (or call it in a thread)"
+        )
 
 
 async def arun(cls: type[DeclaredReactor], inputs: Mapping[str, Any]) -> Outcome:
@@ -75,6 +84,7 @@ def resume(
     mode: str | None = None,
 ) -> Outcome:
     """Resume a run paused at an interrupt with ``payload`` (``runtime.interrupts.resume``)."""
+    _not_on_a_loop("resume()", "await Reactor.aresume(...)")
     return interrupts.resume(
         execution_id,
         payload,
@@ -148,11 +158,13 @@ def cancel(execution_id: str, reason: str | None = None) -> Execution:
 
 def undo(execution_id: str) -> Execution:
     """Roll a stored run that is not running back, then cancel it (``runtime.operations``)."""
+    _not_on_a_loop("undo()", "await Reactor.aundo(...)")
     return operations.undo(execution_id)
 
 
 def retry(execution_id: str) -> Outcome:
     """Start a new run with the inputs of an ended one, linked to it (``runtime.operations``)."""
+    _not_on_a_loop("retry()", "await Reactor.aretry(...)")
     return operations.retry(execution_id, current())
 
 

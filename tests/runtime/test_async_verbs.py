@@ -105,3 +105,23 @@ def test_a_paused_run_is_found_resumed_undone_retried_and_cancelled_from_corouti
 
 def test_afind_of_an_unknown_id_is_none() -> None:
     assert run(lambda: py_reactor.afind("0" * 32)) is None
+
+
+def test_the_sync_verbs_that_run_steps_refuse_inside_a_coroutine(key: str) -> None:
+    """``resume``, ``undo`` and ``retry`` run steps: from a coroutine they would block its
+    loop for the whole run, so they refuse and name their awaitable twin."""
+
+    async def main() -> None:
+        paused = await Approve.arun(key=key)
+        for call, twin in (
+            (lambda: Approve.resume(paused.execution_id, {"approved": True}), "aresume"),
+            (lambda: Approve.undo(paused.execution_id), "aundo"),
+            (lambda: Approve.retry(paused.execution_id), "aretry"),
+        ):
+            with pytest.raises(RuntimeError, match=rf"running event loop.*{twin}"):
+                call()
+        found = await Approve.afind(paused.execution_id)
+        assert found is not None
+        assert found.status == Status.PAUSED  # nothing ran
+
+    run(main)

@@ -15,12 +15,13 @@ import signal
 import subprocess
 import sys
 import time
+from typing import Any
 
 import pytest
 import redis
 
 from py_reactor import Lock, configure, workers
-from py_reactor.aio import close_loop_resources
+from py_reactor.aio import call, close_loop_resources
 from py_reactor.runtime.execution import find, wait
 from py_reactor.states import Status
 from py_reactor.storage import executions as stored_executions
@@ -97,12 +98,15 @@ def test_arun_of_a_background_reactor_starts_the_worker_on_the_loop_by_itself() 
     assert asyncio.run(main()) == 41
 
 
-def test_astop_cancels_what_outlives_its_timeout_as_an_abort(key: str, raw: redis.Redis) -> None:
-    """A run still inside its step when the stop's timeout ends is cancelled: aborted, its
-    lock given back at once, nothing rolled back."""
-    configure(worker="asyncio")
+def test_astop_leaves_what_outlives_its_timeout_to_recovery_with_its_key_free(
+    key: str,
+) -> None:
+    """A run still inside its step when the stop's timeout ends is cancelled as if its worker
+    had died, except that its lock is given back at once: nothing is rolled back or written,
+    and once its lease lapses a worker started again runs it from its last checkpoint."""
+    configure(worker="asyncio", execution_lease=1)
 
-    async def main() -> str:
+    async def first_worker() -> str:
         await workers.astart()
         dispatched = await reactors.Sleepy.arun(key=key)
         while not await reactors._raw().get(f"{key}:entered"):
@@ -114,10 +118,27 @@ def test_astop_cancels_what_outlives_its_timeout_as_an_abort(key: str, raw: redi
         await close_loop_resources()
         return dispatched.execution_id
 
-    execution_id = asyncio.run(main())
-    found = find(execution_id)
-    assert found is not None
-    assert found.status == Status.ABORTED
+    execution_id = asyncio.run(first_worker())
+    left = find(execution_id)
+    assert left is not None
+    assert left.status == Status.RUNNING  # not aborted: its lease lapses, recovery takes it
+
+    async def second_worker() -> Any:
+        await workers.astart()
+        try:
+            return await wait_async(execution_id)
+        finally:
+            await reactors.close_raw()
+            await workers.astop()
+
+    outcome = asyncio.run(second_worker())
+    assert outcome.is_success, outcome
+    assert outcome.value == "done"
+
+
+async def wait_async(execution_id: str) -> Any:
+    """The outcome of ``execution_id`` once it ended, waited for on the loop."""
+    return await call(wait, execution_id, timeout=30)
 
 
 def test_async_steps_run_on_the_thread_worker_too() -> None:

@@ -18,6 +18,7 @@ with a ``ReactorNotImportableError``, every completed step reported as a rollbac
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -61,6 +62,7 @@ from py_reactor.storage import executions as stored_executions
 from py_reactor.storage.executions import ExecutionStore, StoredExecution
 
 __all__ = [
+    "WORKER_STOPS",
     "dispatch",
     "drive",
     "recovery_pass",
@@ -74,6 +76,10 @@ logger = logging.getLogger("py_reactor")
 #: Seconds after which an execution left by a worker that cannot import its reactor is due
 #: again (at most what is left of ``unimportable_grace``): another worker may take it then.
 UNIMPORTABLE_AGAIN_IN = 2.0
+
+#: The message of the ``CancelledError`` an asyncio worker that stops cancels its runs with:
+#: such a run is left to lease recovery (as if its worker had died), not aborted.
+WORKER_STOPS = "py_reactor: the worker stops"
 
 #: The ``reason`` of the rollback failure reported for each completed step of an execution
 #: failed because its reactor cannot be imported (its undo could not run).
@@ -297,6 +303,12 @@ def drive(
     except SerializationError as exc:
         outcome = run_failure(context, exc, cls.__py_reactor_name__)
     except BaseException as exc:  # SystemExit, KeyboardInterrupt in a step: no rollback ran
+        if waiter.parks and _worker_stops(exc):  # what it held is given back; nothing written
+            logger.warning(
+                "py_reactor: execution %s is left to lease recovery, from its last "
+                "checkpoint: its worker stopped before it ended", execution_id,
+            )  # fmt: skip
+            raise
         journal.abort(cls, context, exc)
         raise
     try:
@@ -305,6 +317,11 @@ def drive(
         if not waiter.parks:
             raise
         return outcome, _left_to_recovery(execution_id, exc)
+
+
+def _worker_stops(exc: BaseException) -> bool:
+    """Whether ``exc`` is the cancellation of a stopping asyncio worker (``WORKER_STOPS``)."""
+    return isinstance(exc, asyncio.CancelledError) and exc.args[:1] == (WORKER_STOPS,)
 
 
 def _left_to_recovery(execution_id: str, exc: StoreUnavailableError) -> str:

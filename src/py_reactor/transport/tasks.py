@@ -20,7 +20,7 @@ from py_reactor.aio import call, close_loop_resources, in_bridge, loop_running
 from py_reactor.config import get_config
 from py_reactor.dsl.reactor import Reactor
 from py_reactor.runtime import leases
-from py_reactor.runtime.drive import recovery_pass, run_execution, worker_name
+from py_reactor.runtime.drive import WORKER_STOPS, recovery_pass, run_execution, worker_name
 from py_reactor.runtime.pinning import this_script
 from py_reactor.runtime.units import store_new
 from py_reactor.storage import executions as stored_executions
@@ -91,9 +91,11 @@ class AsyncWorker:
 
     async def stop(self, *, timeout: float | None = 30) -> None:
         """Stop taking work and wait up to ``timeout`` seconds (None: for ever) for the running
-        executions to end; those still running then are cancelled, which aborts them as a
-        KeyboardInterrupt would: no rollback, what they hold given back, status ``aborted``
-        (then ``retry`` or ``undo`` them). What has not started stays due for the next worker."""
+        executions to end. Those still running then are cancelled and left as a worker that
+        died leaves them, only with what they hold given back at once: nothing rolled back,
+        nothing written, and once their lease lapses (``execution_lease``) recovery runs them
+        again from their last checkpoint, here after a restart or in another worker. What has
+        not started stays due for the next worker."""
         self._stopped.set()
         self._dispatcher.cancel()
         await asyncio.gather(self._dispatcher, return_exceptions=True)
@@ -101,7 +103,7 @@ class AsyncWorker:
         if running:
             _, late = await asyncio.wait(running, timeout=timeout)
             for task in late:
-                task.cancel()
+                task.cancel(WORKER_STOPS)  # left to recovery, not aborted (runtime.drive)
             await asyncio.gather(*late, return_exceptions=True)
 
 

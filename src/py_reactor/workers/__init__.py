@@ -50,9 +50,10 @@ async def astart() -> None:
 
 async def astop(*, timeout: float | None = 30) -> None:
     """Stop the running loop's asyncio worker: nothing new starts; the executions running get
-    ``timeout`` seconds (None: for ever) to end, then are cancelled, which aborts them as a
-    KeyboardInterrupt would (no rollback, what they hold given back, status ``aborted``). Then
-    close py_reactor's connections on this loop."""
+    ``timeout`` seconds (None: for ever) to end. Those still running then are cancelled and
+    left as if their worker had died, with what they hold given back at once: once their
+    lease lapses, recovery runs them again from their last checkpoint. Then close
+    py_reactor's connections on this loop."""
     await tasks.astop(timeout=timeout)
 
 
