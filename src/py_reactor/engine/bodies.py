@@ -9,8 +9,8 @@ what the execution holds, and a run it starts is part of the execution.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
+from types import CoroutineType, MethodType
 from typing import Any
 
 from py_reactor.aio import in_bridge, is_async_callable, run_coroutine, to_thread
@@ -20,14 +20,23 @@ from py_reactor.engine.context import carried
 __all__ = ["call_body", "call_hook"]
 
 
+#: Whether a body (a function, or a method's function) is ``async def``: asked once per body,
+#: not at every call (bodies are declared once, with their class or their ``@step``).
+_ASYNC: dict[Any, bool] = {}
+
+
 def call_body(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
     """What the user's ``fn`` returns (an ``async def`` one's coroutine awaited)."""
-    if is_async_callable(fn):
+    key = fn.__func__ if type(fn) is MethodType else fn
+    is_async = _ASYNC.get(key)
+    if is_async is None:
+        is_async = _ASYNC[key] = is_async_callable(fn)
+    if is_async:
         return run_coroutine(fn(*args, **kwargs))
     if in_bridge():
         return to_thread(carried(fn), *args, **kwargs)
     result = fn(*args, **kwargs)
-    return run_coroutine(result) if inspect.iscoroutine(result) else result
+    return run_coroutine(result) if type(result) is CoroutineType else result
 
 
 def call_hook(method: Callable[..., Any], /, *args: Any) -> Any:
