@@ -34,6 +34,7 @@ __all__ = [
     "call",
     "close_loop_resources",
     "in_bridge",
+    "in_coroutine",
     "is_async_callable",
     "loop_running",
     "run",
@@ -61,6 +62,17 @@ def in_bridge() -> bool:
 def loop_running() -> bool:
     """Whether this thread runs an event loop right now (in a bridge or in a coroutine)."""
     return asyncio.events._get_running_loop() is not None  # the cheap form: no exception
+
+
+def in_coroutine() -> bool:
+    """Whether a task of a running loop is executing right now, outside a bridge: blocking
+    here would block that loop. (Playwright's sync API keeps a loop "running" in its thread
+    while your code runs between its calls, with no task executing: blocking is right there.)
+    """
+    loop = asyncio.events._get_running_loop()
+    if loop is None or type(greenlet.getcurrent()) is _Bridge:
+        return False
+    return asyncio.current_task(loop) is not None
 
 
 def await_(awaitable: Awaitable[T]) -> T:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from py_reactor.aio import call, in_bridge, loop_running
+from py_reactor.aio import call, in_coroutine
 from py_reactor.dsl.declaration import StepDeclaration
 from py_reactor.dsl.reactor import Reactor as DeclaredReactor
 from py_reactor.dsl.step import Step as DeclaredStep
@@ -62,7 +62,7 @@ def _not_on_a_loop(verb: str, instead: str) -> None:
     Raises:
         RuntimeError: naming the verb and its awaitable twin.
     """
-    if loop_running() and not in_bridge():
+    if in_coroutine():
         raise RuntimeError(
             f"{verb} was called inside a running event loop, which it would block for the whole "
             f"run; use `{instead}` there (or call it in a thread)"

@@ -20,7 +20,7 @@ import weakref
 from types import TracebackType
 from typing import Any, Generic, Self, TypeVar
 
-from py_reactor.aio import call, in_bridge, loop_running
+from py_reactor.aio import call, in_coroutine
 from py_reactor.coordination._extender import forget
 from py_reactor.coordination.store import Store, default_store
 
@@ -35,7 +35,7 @@ def refuse_on_loop(what: str, instead: str) -> None:
     Raises:
         RuntimeError: this thread runs an event loop and this is not py_reactor's own bridge.
     """
-    if loop_running() and not in_bridge():
+    if in_coroutine():
         raise RuntimeError(
             f"{what} would block the running event loop while it waits; use {instead} there"
         )

@@ -16,7 +16,7 @@ import logging
 import threading
 from typing import TYPE_CHECKING
 
-from py_reactor.aio import call, close_loop_resources, in_bridge, loop_running
+from py_reactor.aio import call, close_loop_resources, in_bridge
 from py_reactor.config import get_config
 from py_reactor.dsl.reactor import Reactor
 from py_reactor.runtime import leases
@@ -118,7 +118,7 @@ class TaskTransport:
         self.serve_here()
 
     def serve_here(self) -> None:
-        if loop_running() and in_bridge():
+        if in_bridge():
             _ensure_worker()
 
 
