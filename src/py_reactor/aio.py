@@ -18,6 +18,7 @@ import contextlib
 import contextvars
 import functools
 import inspect
+import threading
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
@@ -33,6 +34,7 @@ __all__ = [
     "await_",
     "call",
     "close_loop_resources",
+    "here",
     "in_bridge",
     "in_coroutine",
     "is_async_callable",
@@ -62,6 +64,14 @@ def in_bridge() -> bool:
 def loop_running() -> bool:
     """Whether this thread runs an event loop right now (in a bridge or in a coroutine)."""
     return asyncio.events._get_running_loop() is not None  # the cheap form: no exception
+
+
+def here() -> tuple[int, object]:
+    """Where code runs, as far as ownership goes: this thread, and the task of its loop that
+    runs now (None outside one). Work handed to another thread or another task is another
+    owner, even when it carries a copy of the context variables."""
+    loop = asyncio.events._get_running_loop()
+    return threading.get_ident(), None if loop is None else asyncio.current_task(loop)
 
 
 def in_coroutine() -> bool:

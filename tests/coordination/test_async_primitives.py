@@ -466,16 +466,6 @@ def test_cancelling_a_task_inside_async_with_releases_the_lock_at_once(key: str)
     assert lock.state().owner is None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "bug: a waiter cancelled just after a release handed it the key strands the key until "
-        "its ttl/lease. The release pushed the token to the waiter's wake list and the "
-        "server popped it for the waiter's BLPOP; cancelling drops that connection (and the "
-        "reply) client-side, so wait_cancel (storage/lua/wait_cancel.lua: ZREM misses, LPOP "
-        "finds nothing) returns 0 and wait_to_take never gives the key back"
-    ),
-)
 @pytest.mark.parametrize("primitive", ["lock", "semaphore"])
 def test_a_waiter_cancelled_as_it_is_handed_the_key_gives_it_back(
     primitive: str, key: str, raw: redis.Redis
@@ -807,16 +797,6 @@ def test_with_lock_on_an_async_function_gives_a_coroutine_function_that_excludes
     assert Lock(key).state().owner is None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "bug: tasks spawned inside a coordinated call inherit its owner and re-enter each "
-        "other's holds. dsl/coordination._call binds the call's owner in the task's context; "
-        "asyncio.create_task/gather copy that context, and coordination/owner.running_owner() "
-        "scopes the binding by thread id only, which every task on the loop shares, so sibling "
-        "tasks acquire as one owner and are inside together (threads would be other owners)"
-    ),
-)
 def test_tasks_spawned_inside_a_coordinated_call_still_exclude_each_other(key: str) -> None:
     """Calls of a ``@with_lock`` async function gathered from inside another coordinated call
     exclude each other, as calls gathered at the top level do (and as threads started inside
@@ -901,15 +881,6 @@ def test_ordered_lock_wait_turn_refuses_inside_a_coroutine(key: str) -> None:
     assert ordered.state().drained
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "bug (minor): `with OrderedLock(...)` inside a coroutine takes a position first "
-        "(a blocking round trip on the loop's thread, and a heartbeat started), and only "
-        "wait_turn refuses; _take_turn then abandons it (another blocking round trip), which "
-        "ends the epoch. The other primitives refuse before touching the store"
-    ),
-)
 def test_with_ordered_lock_refuses_before_taking_a_position(key: str) -> None:
     """The refusal comes before any store call: the ordered lock is left untouched."""
 

@@ -104,7 +104,7 @@ def test_astop_leaves_what_outlives_its_timeout_to_recovery_with_its_key_free(
     """A run still inside its step when the stop's timeout ends is cancelled as if its worker
     had died, except that its lock is given back at once: nothing is rolled back or written,
     and once its lease lapses a worker started again runs it from its last checkpoint."""
-    configure(worker="asyncio", execution_lease=1)
+    configure(worker="asyncio", execution_lease=3)  # a lapse soon after the stop, not before
 
     async def first_worker() -> str:
         await workers.astart()

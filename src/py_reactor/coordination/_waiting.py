@@ -60,6 +60,7 @@ def wait_to_take(
     ttl_ms: int,
     wait: float,
     give_back: Callable[[int], object],
+    handed_anyway: Callable[[], int],
     by: HeldBy | None = None,
 ) -> LockReply | None:
     """Take ``key``, waiting up to ``wait`` seconds (> 0) to be handed it if it is busy.
@@ -68,9 +69,12 @@ def wait_to_take(
     queues the ticket; a later one (``ticket.queued``) first takes a hold handed to it
     meanwhile. Returns the held reply, or None when ``wait`` ran out.
 
-    If the wait is interrupted (Ctrl-C, a store error), the waiter leaves the queue; a key it
-    was handed meanwhile is given straight back with ``give_back(token)``, so it is not
-    stranded until its ttl with an owner who no longer wants it.
+    If the wait is interrupted (Ctrl-C, a cancelled task, a store error), the waiter leaves the
+    queue; a key it was handed meanwhile is given straight back with ``give_back(token)``, so it
+    is not stranded until its ttl with an owner who no longer wants it. The hand-off's wake may
+    have been popped by the very BLPOP the interruption abandoned (the reply is lost with its
+    connection): then the queue and the wake list are empty, and ``handed_anyway()`` (the
+    token of a hold ``owner`` has now, which it did not have when it queued, else 0) finds it.
     """
     deadline = time.monotonic() + wait
     ticket = new_ticket(primitive, key, owner, ttl_ms, wait, by)
@@ -78,7 +82,7 @@ def wait_to_take(
         return _wait(store, attempt, ticket, deadline)
     except BaseException:
         with contextlib.suppress(Exception):
-            handed = store.wait_cancel(ticket)
+            handed = store.wait_cancel(ticket) or handed_anyway()
             if handed:
                 give_back(handed)
         raise

@@ -29,6 +29,13 @@ from py_reactor.errors import LockAcquisitionError
 __all__ = ["Lock", "LockHold", "LockState"]
 
 
+def _token_if_held(store: Store, key: str, owner: str) -> int:
+    """The token of ``owner``'s hold on ``key`` (0: none), read once an interrupted wait left
+    no trace of a hand-off (see ``_waiting.wait_to_take``): a waiter held nothing before."""
+    state = store.lock_state(key)
+    return state.token if state.owner == owner else 0
+
+
 @dataclass(frozen=True, slots=True)
 class LockState:
     """A snapshot of a lock: who holds it, how deeply, its token, expiry and queue length."""
@@ -108,6 +115,7 @@ class Lock(Acquirable["LockHold"]):
             taken = wait_to_take(
                 store, "lock", key, attempt, owner=owner, ttl_ms=ttl_ms, wait=wait,
                 give_back=lambda token: store.lock_release(key, owner, token, 1),  # handed: level 1
+                handed_anyway=lambda: _token_if_held(store, key, owner),
                 by=by,
             )  # fmt: skip
         if taken is None:

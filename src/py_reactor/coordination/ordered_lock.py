@@ -237,6 +237,7 @@ class OrderedLock(UsesStore):
 
     def __enter__(self) -> Turn:
         """Take a position and wait for its turn; on failure to get it, abandon the position."""
+        refuse_on_loop(f"`with {self!r}`", "`async with`")  # before a position is taken
         turn = self._take_turn()
         stack: list[Turn] = self._local.__dict__.setdefault("stack", [])
         stack.append(turn)

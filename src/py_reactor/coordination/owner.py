@@ -21,11 +21,12 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
-import threading
 import uuid
 from collections.abc import Iterator
 from contextvars import ContextVar, Token
 from typing import Any, NamedTuple
+
+from py_reactor.aio import here
 
 __all__ = [
     "HeldBy",
@@ -46,11 +47,12 @@ __all__ = [
 #: Separates an owner from the branch below it: ``"<root id>/<step>/<step of a child>"``.
 BRANCH_SEPARATOR = "/"
 
-# The root execution id of the execution running in this thread, and that thread. A context
-# copied into another thread (``contextvars.copy_context``, ``asyncio.to_thread``) carries the
-# value along, but ownership never crosses to another thread: there it reads as unset.
+# The root execution id of the execution running in this thread, and where it was bound (the
+# thread, and the task of its loop: ``aio.here``). A context copied into another thread or task
+# (``contextvars.copy_context``, ``asyncio.to_thread``, ``asyncio.create_task``) carries the
+# value along, but ownership never crosses to another thread or task: there it reads as unset.
 # With it, the ledger of that execution (where a call made inside it records its holds).
-_Bound = tuple[str, int, Any]
+_Bound = tuple[str, tuple[int, object], Any]
 _current: ContextVar[_Bound | None] = ContextVar("py_reactor_owner", default=None)
 
 
@@ -58,7 +60,7 @@ def bind_owner(owner: str, ledger: Any = None) -> Token[_Bound | None]:
     """Make ``owner`` the default owner of holds taken in this thread, and ``ledger`` (a
     :class:`~py_reactor.coordination.holds.Ledger`) the registry they are recorded in; undo
     with the token."""
-    return _current.set((owner, threading.get_ident(), ledger))
+    return _current.set((owner, here(), ledger))
 
 
 def unbind_owner(token: Token[_Bound | None]) -> None:
@@ -69,7 +71,7 @@ def unbind_owner(token: Token[_Bound | None]) -> None:
 def running_owner() -> str | None:
     """The owner bound in this thread, if any."""
     bound = _current.get()
-    if bound is None or bound[1] != threading.get_ident():
+    if bound is None or bound[1] != here():
         return None
     return str(bound[0])
 
@@ -78,7 +80,7 @@ def running_ledger() -> Any:
     """The ledger of the execution running in this thread (bound with its owner), if any:
     a primitive used inside a step body re-enters what that execution holds."""
     bound = _current.get()
-    if bound is None or bound[1] != threading.get_ident():
+    if bound is None or bound[1] != here():
         return None
     return bound[2]
 
@@ -145,15 +147,16 @@ class HeldBy(NamedTuple):
 
 # Who takes the holds being taken in this thread right now (a scope of the engine), and that
 # thread: like the owner, never read in another thread that copied the context.
-_held_by: ContextVar[tuple[HeldBy, int] | None] = ContextVar("py_reactor_held_by", default=None)
+_Named = tuple[HeldBy, tuple[int, object]]
+_held_by: ContextVar[_Named | None] = ContextVar("py_reactor_held_by", default=None)
 
 
-def bind_held_by(by: HeldBy) -> Token[tuple[HeldBy, int] | None]:
+def bind_held_by(by: HeldBy) -> Token[_Named | None]:
     """Name ``by`` in the holds taken in this thread; undo with the token."""
-    return _held_by.set((by, threading.get_ident()))
+    return _held_by.set((by, here()))
 
 
-def unbind_held_by(token: Token[tuple[HeldBy, int] | None]) -> None:
+def unbind_held_by(token: Token[_Named | None]) -> None:
     """Restore what ``bind_held_by`` replaced."""
     _held_by.reset(token)
 
@@ -161,6 +164,6 @@ def unbind_held_by(token: Token[tuple[HeldBy, int] | None]) -> None:
 def running_held_by() -> HeldBy | None:
     """Who takes the holds taken in this thread now, if a scope said so."""
     bound = _held_by.get()
-    if bound is None or bound[1] != threading.get_ident():
+    if bound is None or bound[1] != here():
         return None
     return bound[0]

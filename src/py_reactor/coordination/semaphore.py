@@ -90,7 +90,10 @@ class Semaphore(Acquirable["SemaphoreHold"]):
 
             taken = wait_to_take(
                 store, "semaphore", key, attempt, owner=owner, ttl_ms=lease_ms, wait=wait,
-                give_back=lambda _: store.semaphore_release(key, owner), by=by,
+                give_back=lambda _: store.semaphore_release(key, owner),
+                # a slot it holds now (it held none when it queued): renewing it says so
+                handed_anyway=lambda: int(store.semaphore_extend(key, owner, lease_ms)),
+                by=by,
             )  # fmt: skip
         if taken is None:
             waited = f"after waiting {wait:g} s" if wait > 0 else "(wait=0: did not wait)"

@@ -15,7 +15,7 @@ from typing import Any
 
 from py_reactor.aio import in_bridge, is_async_callable, run_coroutine, to_thread
 from py_reactor.dsl.step import Step
-from py_reactor.engine.context import carried
+from py_reactor.engine.context import carried, carried_coroutine
 
 __all__ = ["call_body", "call_hook"]
 
@@ -32,7 +32,10 @@ def call_body(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
     if is_async is None:
         is_async = _ASYNC[key] = is_async_callable(fn)
     if is_async:
-        return run_coroutine(fn(*args, **kwargs))
+        coroutine = fn(*args, **kwargs)
+        if not in_bridge():  # on a loop of its own: another task, the same execution
+            coroutine = carried_coroutine(coroutine)
+        return run_coroutine(coroutine)
     if in_bridge():
         return to_thread(carried(fn), *args, **kwargs)
     result = fn(*args, **kwargs)

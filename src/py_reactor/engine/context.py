@@ -7,14 +7,14 @@ carry on in another from its JSON form (see ``engine.serializer``).
 from __future__ import annotations
 
 import contextlib
-import threading
 import uuid
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, ParamSpec, TypeVar
 
+from py_reactor.aio import here
 from py_reactor.coordination.holds import Ledger
 from py_reactor.coordination.owner import (
     HeldBy,
@@ -39,6 +39,7 @@ __all__ = [
     "Context",
     "Status",
     "carried",
+    "carried_coroutine",
     "element_key",
     "new_id",
     "running",
@@ -55,7 +56,9 @@ def new_id() -> str:
 
 
 # The context of the execution running in this thread, and that thread (see ``running``).
-_running: ContextVar[tuple[Context, int] | None] = ContextVar("py_reactor_context", default=None)
+_running: ContextVar[tuple[Context, tuple[int, object]] | None] = ContextVar(
+    "py_reactor_context", default=None
+)
 
 
 def running_context() -> Context | None:
@@ -66,7 +69,7 @@ def running_context() -> Context | None:
     re-enters the execution's holds. Another thread never does, even with a copied context.
     """
     current = _running.get()
-    if current is None or current[1] != threading.get_ident():
+    if current is None or current[1] != here():
         return None
     return current[0]
 
@@ -76,7 +79,7 @@ def carried(fn: Callable[P, T]) -> Callable[P, T]:
     step body a run on an event loop hands to a thread): there it reads this execution as
     running, and its holds as this execution's. ``fn`` itself when none runs here."""
     current = _running.get()
-    if current is None or current[1] != threading.get_ident():
+    if current is None or current[1] != here():
         return fn
     context, owner, by = current[0], running_owner(), running_held_by()
 
@@ -85,6 +88,22 @@ def carried(fn: Callable[P, T]) -> Callable[P, T]:
             return fn(*args, **kwargs)
 
     return in_thread
+
+
+def carried_coroutine(coroutine: Coroutine[Any, Any, T]) -> Coroutine[Any, Any, T]:
+    """``coroutine`` (an ``async def`` body), to be awaited by another task as part of the
+    execution running here (a body run on a loop of its own, outside any loop of the run's):
+    there it reads this execution as running, and its holds as this execution's."""
+    current = _running.get()
+    if current is None or current[1] != here():
+        return coroutine
+    context, owner, by = current[0], running_owner(), running_held_by()
+
+    async def in_task() -> T:
+        with running(context, owner=owner), holds_taken_by(by):
+            return await coroutine
+
+    return in_task()
 
 
 @contextlib.contextmanager
@@ -108,7 +127,7 @@ def running(context: Context, *, owner: str | None = None) -> Iterator[None]:
     thread is already running (a nested run joins it), else to ``context.root_id``.
     """
     bound = bind_owner(owner or running_owner() or context.root_id, context.holds)
-    token = _running.set((context, threading.get_ident()))
+    token = _running.set((context, here()))
     try:
         yield
     finally:
