@@ -12,7 +12,8 @@ the asyncio worker that the app's lifespan starts (``await workers.astart()``) r
 on the same loop. ``GET /executions/{execution_id}`` reads it with ``await py_reactor.afind()``.
 
 Nothing is configured but the worker: the store is py_reactor's embedded Redis (no server to
-install). Run ``python examples/fastapi_app.py`` to drive the app in-process (httpx, a dozen
+install). It needs FastAPI (``pip install fastapi``; the project's dev extras have it, and
+httpx). Run ``python examples/fastapi_app.py`` to drive the app in-process (httpx, a dozen
 requests at once) and print what happened; serve it with ``uvicorn fastapi_app:app --app-dir
 examples``. See docs/asyncio.md.
 """
