@@ -12,18 +12,15 @@ import asyncio
 import itertools
 import threading
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
 from py_reactor import Input, Lock, Reactor, Result, configure, step, with_lock
-from py_reactor.aio import close_loop_resources
+from tests._aio import run
 from tests._overlap import OverlapRecorder
 from tests.concurrency import _asyncio_holder as holder
 from tests.concurrency._spawn import SPAWN
-
-T = TypeVar("T")
 
 #: Who is inside each step right now, and the most seen at once (one loop: plain counters).
 INSIDE: dict[str, int] = {}
@@ -35,16 +32,6 @@ def _server(_default_settings: None, redis_url: str) -> None:
     configure(redis_url=redis_url)
     INSIDE.clear()
     MOST.clear()
-
-
-def run(main: Callable[[], Awaitable[T]]) -> T:
-    async def wrapped() -> T:
-        try:
-            return await main()
-        finally:
-            await close_loop_resources()
-
-    return asyncio.run(wrapped())
 
 
 def enter(step_name: str) -> None:

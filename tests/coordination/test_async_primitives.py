@@ -27,7 +27,7 @@ import pytest
 import redis
 
 from py_reactor import configure, with_lock
-from py_reactor.aio import call, close_loop_resources
+from py_reactor.aio import call
 from py_reactor.coordination import (
     Lock,
     LockHold,
@@ -41,6 +41,7 @@ from py_reactor.coordination import (
 )
 from py_reactor.errors import LockAcquisitionError, RateLimitExceededError
 from py_reactor.storage import current_store, keys
+from tests._aio import run
 from tests._overlap import OverlapRecorder
 from tests._redis import PrivateRedis
 from tests.concurrency._spawn import SPAWN
@@ -74,18 +75,6 @@ def raw(private_redis: PrivateRedis) -> Iterator[redis.Redis]:
 
 
 # ----------------------------------------------------------------------------- helpers
-
-
-def run(main: Callable[[], Awaitable[T]]) -> T:
-    """``asyncio.run(main())``, closing py_reactor's connections on that loop at the end."""
-
-    async def wrapped() -> T:
-        try:
-            return await main()
-        finally:
-            await close_loop_resources()
-
-    return asyncio.run(wrapped())
 
 
 async def eventually(

@@ -13,8 +13,8 @@ import asyncio
 import itertools
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator
-from typing import Any, TypeVar
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -32,10 +32,8 @@ from py_reactor import (
     step,
     with_lock,
 )
-from py_reactor.aio import close_loop_resources
 from py_reactor.errors import LockAcquisitionError
-
-T = TypeVar("T")
+from tests._aio import run
 
 #: What the bodies did, in order (cleared around every test).
 CALLS: list[str] = []
@@ -47,18 +45,6 @@ def _server(_default_settings: None, redis_url: str) -> Iterator[None]:
     CALLS.clear()
     yield
     CALLS.clear()
-
-
-def run(main: Callable[[], Awaitable[T]]) -> T:
-    """``asyncio.run(main())``, closing py_reactor's connections on that loop at the end."""
-
-    async def wrapped() -> T:
-        try:
-            return await main()
-        finally:
-            await close_loop_resources()
-
-    return asyncio.run(wrapped())
 
 
 # -- async bodies ------------------------------------------------------------------------------

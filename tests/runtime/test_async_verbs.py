@@ -8,19 +8,16 @@ awaited on the loop. A run of async steps pauses at an interrupt, is found, resu
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 from pydantic import BaseModel
 
 import py_reactor
 from py_reactor import Input, Reactor, Result, configure, interrupt, step
-from py_reactor.aio import close_loop_resources
 from py_reactor.engine.results import PausedResult
 from py_reactor.states import Status
-
-T = TypeVar("T")
+from tests._aio import run
 
 LOG: dict[str, list[str]] = {}
 
@@ -28,16 +25,6 @@ LOG: dict[str, list[str]] = {}
 @pytest.fixture(autouse=True)
 def _server(_default_settings: None, redis_url: str) -> None:
     configure(redis_url=redis_url)
-
-
-def run(main: Callable[[], Awaitable[T]]) -> T:
-    async def wrapped() -> T:
-        try:
-            return await main()
-        finally:
-            await close_loop_resources()
-
-    return asyncio.run(wrapped())
 
 
 class Decision(BaseModel):

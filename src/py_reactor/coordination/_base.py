@@ -64,9 +64,22 @@ class TaskStacks:
 
 
 class UsesStore:
-    """Mixin: ``self.store`` is the store given, else the configured one on first use."""
+    """Mixin: ``self.store`` is the store given, else the configured one on first use; and
+    what each task entered with ``async with`` (:class:`TaskStacks`, made on first use)."""
 
     _store: Store | None
+    _tasks: TaskStacks | None = None
+
+    def _task_entered(self, item: Any) -> None:
+        """This task entered the primitive (``__aenter__``) and got ``item``."""
+        if self._tasks is None:
+            self._tasks = TaskStacks()
+        self._tasks.push(item)
+
+    def _task_leaving(self) -> Any:
+        """What this task's innermost ``async with`` on the primitive got (``__aexit__``)."""
+        assert self._tasks is not None
+        return self._tasks.pop()
 
     @property
     def store(self) -> Store:
@@ -179,7 +192,6 @@ class Acquirable(UsesStore, Generic[H]):
     """
 
     _local: threading.local
-    _tasks: TaskStacks | None = None
 
     def acquire(self, *, wait: float | None = None) -> H:
         """Take a hold (implemented by each primitive)."""
@@ -206,9 +218,7 @@ class Acquirable(UsesStore, Generic[H]):
 
     async def __aenter__(self) -> H:
         hold = await self.aacquire()
-        if self._tasks is None:
-            self._tasks = TaskStacks()
-        self._tasks.push(hold)
+        self._task_entered(hold)
         return hold
 
     async def __aexit__(
@@ -217,5 +227,4 @@ class Acquirable(UsesStore, Generic[H]):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        assert self._tasks is not None
-        await self._tasks.pop().arelease()
+        await self._task_leaving().arelease()

@@ -35,7 +35,7 @@ from typing import Any
 
 from py_reactor.aio import call
 from py_reactor.config import options as opt
-from py_reactor.coordination._base import TaskStacks, UsesStore, refuse_on_loop
+from py_reactor.coordination._base import UsesStore, refuse_on_loop
 from py_reactor.coordination._extender import keep_alive
 from py_reactor.coordination._waiting import sleep_for
 from py_reactor.coordination.store import ORDERED_UNCHANGED, Store
@@ -118,7 +118,6 @@ class OrderedLock(UsesStore):
     """
 
     primitive = PRIMITIVE
-    _tasks: TaskStacks | None = None
 
     def __init__(
         self,
@@ -246,9 +245,7 @@ class OrderedLock(UsesStore):
     async def __aenter__(self) -> Turn:
         """``with``'s entry from a coroutine: the turn is awaited on the loop."""
         turn = await call(self._take_turn)
-        if self._tasks is None:
-            self._tasks = TaskStacks()
-        self._tasks.push(turn)
+        self._task_entered(turn)
         return turn
 
     async def __aexit__(
@@ -258,8 +255,7 @@ class OrderedLock(UsesStore):
         tb: TracebackType | None,
     ) -> None:
         """Release the turn, as failed when the block raised."""
-        assert self._tasks is not None
-        turn: Turn = self._tasks.pop()
+        turn: Turn = self._task_leaving()
         await turn.arelease(failed=exc is not None)
 
     def _take_turn(self) -> Turn:

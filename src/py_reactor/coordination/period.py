@@ -34,7 +34,7 @@ from py_reactor.config.options import (
     check_positive_int,
 )
 from py_reactor.coordination import _waiting
-from py_reactor.coordination._base import TaskStacks, UsesStore, refuse_on_loop
+from py_reactor.coordination._base import UsesStore, refuse_on_loop
 from py_reactor.coordination._extender import keep_alive
 from py_reactor.coordination.owner import owner_or_new
 from py_reactor.coordination.store import Store
@@ -152,7 +152,6 @@ class Period(UsesStore):
     """
 
     primitive = "period"
-    _tasks: TaskStacks | None = None
 
     def __init__(
         self,
@@ -275,9 +274,7 @@ class Period(UsesStore):
 
     async def __aenter__(self) -> PeriodClaim:
         claim = await self.aclaim()
-        if self._tasks is None:
-            self._tasks = TaskStacks()
-        self._tasks.push(claim)
+        self._task_entered(claim)
         return claim
 
     async def __aexit__(
@@ -286,8 +283,7 @@ class Period(UsesStore):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        assert self._tasks is not None
-        claim: PeriodClaim = self._tasks.pop()
+        claim: PeriodClaim = self._task_leaving()
         await claim.arelease(mark=exc_type is None)
 
     def __enter__(self) -> PeriodClaim:
