@@ -399,10 +399,12 @@ class RedisStore:
         client = self._aclients.get(loop)
         if client is None:
             client = self._aclients[loop] = _async_twin(self.client)
+            of_loop = weakref.ref(loop)  # not the loop itself: both tables are keyed weakly on it
 
             async def close() -> None:
-                if self._aclients.get(loop) is client:  # the next use opens a new one
-                    del self._aclients[loop]
+                ended = of_loop()
+                if ended is not None and self._aclients.get(ended) is client:
+                    del self._aclients[ended]  # the next use on this loop opens a new one
                 await client.aclose()
 
             at_loop_end(close)
