@@ -16,8 +16,10 @@ from pydantic import BaseModel
 import py_reactor
 from py_reactor import Input, Reactor, Result, configure, interrupt, step
 from py_reactor.engine.results import PausedResult
+from py_reactor.errors import StoreUnavailableError
 from py_reactor.states import Status
 from tests._aio import run
+from tests._redis import PrivateRedis
 
 LOG: dict[str, list[str]] = {}
 
@@ -112,3 +114,22 @@ def test_the_sync_verbs_that_run_steps_refuse_inside_a_coroutine(key: str) -> No
         assert found.status == Status.PAUSED  # nothing ran
 
     run(main)
+
+
+def test_find_and_afind_report_a_store_that_is_down_as_unavailable() -> None:
+    """A plain read of a record (``find``, ``afind``, ``wait``) raises the same
+    ``StoreUnavailableError`` the scripts raise when the store is down, not redis-py's own."""
+    server = PrivateRedis()
+    try:
+        configure(redis_url=server.url)
+        server.halt()
+        with pytest.raises(StoreUnavailableError, match="unreachable"):
+            py_reactor.find("0" * 32)
+
+        async def main() -> None:
+            with pytest.raises(StoreUnavailableError, match="unreachable"):
+                await py_reactor.afind("0" * 32)
+
+        run(main)
+    finally:
+        server.stop()

@@ -94,3 +94,39 @@ class Sleepy(Reactor):
         return "done"
 
     returns = "hold"
+
+
+#: Counted's bodies, in this process: who is inside ``locked`` per key, the overlaps seen, and
+#: how many times ``last`` ran (no store involved, so a store outage cannot skew them).
+INSIDE: dict[str, int] = {}
+OVERLAPS: list[int] = [0]
+LAST_RAN: list[int] = [0]
+
+
+@background
+class Counted(Reactor):
+    """Like Charge, but counting in this process: for runs across a store restart."""
+
+    key: str
+
+    @step(key=Input("key"))
+    async def first(key: str) -> str:
+        await asyncio.sleep(0.005)
+        return key
+
+    @step(key=Result("first"))
+    @with_lock(lambda a: a["key"], ttl=10)
+    async def locked(key: str) -> str:
+        INSIDE[key] = INSIDE.get(key, 0) + 1
+        if INSIDE[key] > 1:
+            OVERLAPS[0] += 1
+        await asyncio.sleep(0.01)
+        INSIDE[key] -= 1
+        return key
+
+    @step(key=Result("locked"))
+    async def last(key: str) -> str:
+        LAST_RAN[0] += 1
+        return key
+
+    returns = "last"

@@ -387,10 +387,12 @@ class RedisStore:
 
     def commands(self) -> Any:
         """The client plain reads and writes go through: redis-py's, or in a bridge one whose
-        every command is awaited on the loop (same method names)."""
+        every command is awaited on the loop (same method names). Either way a command the
+        store cannot answer raises ``StoreUnavailableError``, as the scripts do, not
+        redis-py's own error."""
         if in_bridge():
-            return _Awaited(self.async_client())
-        return self.client
+            return _Awaited(self.async_client(), self)
+        return _Reported(self.client, self)
 
     def async_client(self) -> redis.asyncio.Redis:
         """The ``redis.asyncio`` client of the running loop, made on first use from this
@@ -464,19 +466,52 @@ class RedisStore:
         return f"<RedisStore {self.description}>"
 
 
-class _Awaited:
-    """An asyncio client's commands called from synchronous code in a bridge: each awaited."""
+class _Reported:
+    """A redis-py client whose commands report a store they cannot reach as the scripts do
+    (``StoreUnavailableError``)."""
 
-    __slots__ = ("_client",)
+    __slots__ = ("_client", "_store")
 
-    def __init__(self, client: redis.asyncio.Redis) -> None:
+    def __init__(self, client: Any, store: RedisStore) -> None:
         self._client = client
+        self._store = store
+
+    def __getattr__(self, name: str) -> Any:
+        command = getattr(self._client, name)
+        store = self._store
+
+        def reported(*args: Any, **options: Any) -> Any:
+            try:
+                return command(*args, **options)
+            except (redis.RedisError, OSError) as exc:
+                raise store._failed(name.upper(), exc) from store._cause(exc)
+
+        return reported
+
+
+class _Awaited:
+    """An asyncio client's commands called from synchronous code in a bridge: each awaited,
+    and a store it cannot reach reported as the scripts do."""
+
+    __slots__ = ("_client", "_store")
+
+    def __init__(self, client: redis.asyncio.Redis, store: RedisStore) -> None:
+        self._client = client
+        self._store = store
 
     def __getattr__(self, name: str) -> Any:
         if name == "pipeline":
             return lambda **options: _AwaitedPipeline(self._client.pipeline(**options))
         command = getattr(self._client, name)
-        return lambda *args, **options: await_(command(*args, **options))
+        store = self._store
+
+        def awaited(*args: Any, **options: Any) -> Any:
+            try:
+                return await_(command(*args, **options))
+            except (redis.RedisError, OSError) as exc:
+                raise store._failed(name.upper(), exc) from store._cause(exc)
+
+        return awaited
 
 
 class _AwaitedPipeline:
