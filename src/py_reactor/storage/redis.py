@@ -16,7 +16,7 @@ import json
 import re
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import cache, lru_cache
 from importlib import resources
 from typing import Any, Literal
@@ -391,8 +391,8 @@ class RedisStore:
         store cannot answer raises ``StoreUnavailableError``, as the scripts do, not
         redis-py's own error."""
         if in_bridge():
-            return _Awaited(self.async_client(), self)
-        return _Reported(self.client, self)
+            return _Commands(self.async_client(), self, await_)
+        return _Commands(self.client, self, _as_is)
 
     def async_client(self) -> redis.asyncio.Redis:
         """The ``redis.asyncio`` client of the running loop, made on first use from this
@@ -466,73 +466,31 @@ class RedisStore:
         return f"<RedisStore {self.description}>"
 
 
-class _Reported:
-    """A redis-py client whose commands report a store they cannot reach as the scripts do
-    (``StoreUnavailableError``)."""
+class _Commands:
+    """A client's commands, each reporting a store it cannot reach as the scripts do
+    (``StoreUnavailableError``); the asyncio client's also awaited (``settle``: ``await_``)."""
 
-    __slots__ = ("_client", "_store")
+    __slots__ = ("_client", "_settle", "_store")
 
-    def __init__(self, client: Any, store: RedisStore) -> None:
+    def __init__(self, client: Any, store: RedisStore, settle: Callable[[Any], Any]) -> None:
         self._client = client
         self._store = store
+        self._settle = settle
 
     def __getattr__(self, name: str) -> Any:
-        command = getattr(self._client, name)
-        store = self._store
+        command, store, settle = getattr(self._client, name), self._store, self._settle
 
         def reported(*args: Any, **options: Any) -> Any:
             try:
-                return command(*args, **options)
+                return settle(command(*args, **options))
             except (redis.RedisError, OSError) as exc:
                 raise store._failed(name.upper(), exc) from store._cause(exc)
 
         return reported
 
 
-class _Awaited:
-    """An asyncio client's commands called from synchronous code in a bridge: each awaited,
-    and a store it cannot reach reported as the scripts do."""
-
-    __slots__ = ("_client", "_store")
-
-    def __init__(self, client: redis.asyncio.Redis, store: RedisStore) -> None:
-        self._client = client
-        self._store = store
-
-    def __getattr__(self, name: str) -> Any:
-        if name == "pipeline":
-            return lambda **options: _AwaitedPipeline(self._client.pipeline(**options))
-        command = getattr(self._client, name)
-        store = self._store
-
-        def awaited(*args: Any, **options: Any) -> Any:
-            try:
-                return await_(command(*args, **options))
-            except (redis.RedisError, OSError) as exc:
-                raise store._failed(name.upper(), exc) from store._cause(exc)
-
-        return awaited
-
-
-class _AwaitedPipeline:
-    """An asyncio pipeline: commands are queued as in redis-py, ``execute`` is awaited."""
-
-    __slots__ = ("_pipe",)
-
-    def __init__(self, pipe: Any) -> None:
-        self._pipe = pipe
-
-    def __getattr__(self, name: str) -> Any:
-        command = getattr(self._pipe, name)
-
-        def queue(*args: Any, **options: Any) -> _AwaitedPipeline:
-            command(*args, **options)
-            return self
-
-        return queue
-
-    def execute(self) -> list[Any]:
-        return await_(self._pipe.execute())
+def _as_is(reply: Any) -> Any:
+    return reply
 
 
 #: redis-py's connection classes and their asyncio twins.
